@@ -1,0 +1,39 @@
+#include "cli/context.h"
+
+#include <cstdio>
+
+#include "config/paths.h"
+
+namespace quarry::cli {
+
+Result<const Config*> Context::config() {
+  if (!config_) {
+    ASSIGN_OR_RETURN(auto loaded, load_config(options_.config_path));
+    config_ = std::move(loaded);
+  }
+  return &*config_;
+}
+
+std::filesystem::path Context::state_dir() const {
+  return resolve_state_dir(options_.state_dir);
+}
+
+std::filesystem::path Context::cache_dir() const {
+  return resolve_cache_dir(options_.cache_dir);
+}
+
+Result<sandbox::local::LocalProvider*> Context::provider() {
+  if (!provider_) {
+    ASSIGN_OR_RETURN(const Config* config, this->config());
+    ASSIGN_OR_RETURN(provider_, sandbox::local::LocalProvider::open(
+                                    config->sandbox, {state_dir(), cache_dir(), {}}));
+  }
+  return provider_.get();
+}
+
+int report(const Error& error) {
+  std::fprintf(stderr, "quarry: %s\n", error.message.c_str());
+  return 1;
+}
+
+}  // namespace quarry::cli

@@ -1,0 +1,367 @@
+// quarry sandbox create | exec | run | cp | ls | rm
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "common/units.h"
+#include "sandbox/local/state.h"
+#include "sandbox/metering.h"
+
+namespace quarry::cli {
+namespace {
+
+using sandbox::ExecRequest;
+using sandbox::ExecResult;
+using sandbox::Labels;
+
+// Exit status of `sandbox exec` when the command hit its timeout, as timeout(1) does.
+constexpr int kTimeoutExit = 124;
+constexpr int kCancelledExit = 130;
+
+struct ResourceFlags {
+  std::string memory, disk;
+  std::optional<double> cpus;
+  std::optional<uint32_t> pids;
+  std::vector<std::string> labels;
+};
+
+struct ExecFlags {
+  std::string timeout;
+  bool json = false;
+  std::vector<std::string> env;
+  std::string workdir;
+  std::vector<std::string> command;
+};
+
+void add_resource_flags(CLI::App* command, ResourceFlags& flags) {
+  command->add_option("--label", flags.labels, "label KEY=VALUE (repeatable)");
+  command->add_option("--memory", flags.memory, "memory limit, e.g. 1GiB (default: config)");
+  command->add_option("--cpus", flags.cpus, "CPU quota in cores, e.g. 1 or 0.5 (default: config)");
+  command->add_option("--pids", flags.pids, "process and thread limit (default: config)");
+  command->add_option("--disk", flags.disk, "writable disk size, e.g. 2GiB (default: config)");
+}
+
+void add_exec_flags(CLI::App* command, ExecFlags& flags) {
+  command->add_option("--timeout", flags.timeout,
+                      "kill the command and everything it started after this long, e.g. 30s "
+                      "(default: sandbox.exec_timeout)");
+  command->add_flag("--json", flags.json, "print one JSON object with the output and metering");
+  command->add_option("--env", flags.env, "environment variable KEY=VALUE (repeatable)");
+  command->add_option("--workdir", flags.workdir, "working directory inside the sandbox");
+  command->add_option("command", flags.command, "the command and its arguments (after --)")
+      ->required();
+}
+
+Result<std::pair<std::string, std::string>> split_pair(std::string_view text,
+                                                       std::string_view what) {
+  auto equals = text.find('=');
+  if (equals == std::string_view::npos || equals == 0) {
+    return make_error(ErrorCode::kInvalidArgument, "{} '{}' must look like KEY=VALUE", what, text);
+  }
+  return std::pair{std::string(text.substr(0, equals)), std::string(text.substr(equals + 1))};
+}
+
+Result<Labels> parse_labels(const std::vector<std::string>& items) {
+  Labels labels;
+  for (const auto& item : items) {
+    ASSIGN_OR_RETURN(auto pair, split_pair(item, "label"));
+    labels[pair.first] = pair.second;
+  }
+  return labels;
+}
+
+Result<sandbox::SandboxSpec> make_spec(const ResourceFlags& flags, const Config& config) {
+  sandbox::SandboxSpec spec;
+  spec.resources = config.sandbox.resources;
+  spec.network = config.sandbox.network;
+  ASSIGN_OR_RETURN(spec.labels, parse_labels(flags.labels));
+  if (!flags.memory.empty()) {
+    ASSIGN_OR_RETURN(spec.resources.memory_bytes,
+                     with_context(parse_size(flags.memory), "--memory"));
+  }
+  if (!flags.disk.empty()) {
+    ASSIGN_OR_RETURN(spec.resources.disk_bytes, with_context(parse_size(flags.disk), "--disk"));
+  }
+  if (flags.cpus) spec.resources.cpus = *flags.cpus;
+  if (flags.pids) spec.resources.pids = *flags.pids;
+  RETURN_IF_ERROR(validate_resources(spec.resources));
+  return spec;
+}
+
+// SIGINT, SIGTERM and SIGHUP become readable on a signalfd instead of killing us, so a
+// cancelled exec can clean up (and `run` can destroy its sandbox).
+class CancelSignals {
+ public:
+  CancelSignals() {
+    sigset_t signals;
+    sigemptyset(&signals);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP})
+      sigaddset(&signals, signal);
+    ::sigprocmask(SIG_BLOCK, &signals, &old_);
+    fd_.reset(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  }
+  ~CancelSignals() { ::sigprocmask(SIG_SETMASK, &old_, nullptr); }
+  int fd() const { return fd_.get(); }
+
+ private:
+  sigset_t old_;
+  UniqueFd fd_;
+};
+
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// Runs the command and prints what the user asked for; returns quarry's exit status.
+int run_exec(sandbox::SandboxProvider& provider, const std::string& id, const ExecFlags& flags,
+             const Config& config, const CancelSignals& cancel) {
+  ExecRequest request;
+  request.argv = flags.command;
+  request.timeout = config.sandbox.exec_timeout;
+  request.output_limit = config.sandbox.output_limit_bytes;
+  request.cancel_fd = cancel.fd();
+  if (!flags.timeout.empty()) {
+    auto timeout = parse_duration(flags.timeout);
+    if (!timeout) return report(timeout.error().with_context("--timeout"));
+    request.timeout = *timeout;
+  }
+  for (const auto& item : flags.env) {
+    auto pair = split_pair(item, "--env");
+    if (!pair) return report(pair.error());
+    request.env[pair->first] = pair->second;
+  }
+  request.working_directory = flags.workdir;
+  if (!flags.json) {
+    request.on_output = [](sandbox::OutputStream stream, std::string_view data) {
+      write_all(stream == sandbox::OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO, data);
+    };
+  }
+  auto result = provider.exec(id, request);
+  if (!result) {
+    if (result.error().code == ErrorCode::kCancelled) {
+      std::fprintf(stderr, "quarry: cancelled\n");
+      return kCancelledExit;
+    }
+    return report(result.error());
+  }
+  if (flags.json) {
+    std::cout << sandbox::to_json(*result).dump(2, ' ', false,
+                                                nlohmann::json::error_handler_t::replace)
+              << std::endl;
+    return 0;
+  }
+  if (result->truncated) {
+    std::fprintf(stderr, "quarry: output was longer than %s per stream; --json keeps only that\n",
+                 format_size(request.output_limit).c_str());
+  }
+  if (result->message) std::fprintf(stderr, "quarry: %s\n", result->message->c_str());
+  if (result->timed_out) return kTimeoutExit;
+  return result->exit_code;
+}
+
+std::string age(std::chrono::system_clock::time_point created) {
+  auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now() - created)
+          .count();
+  if (seconds < 120) return fmt::format("{}s", seconds);
+  if (seconds < 7200) return fmt::format("{}m", seconds / 60);
+  if (seconds < 172800) return fmt::format("{}h", seconds / 3600);
+  return fmt::format("{}d", seconds / 86400);
+}
+
+std::string label_text(const Labels& labels) {
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : labels)
+    parts.push_back(key + "=" + value);
+  return parts.empty() ? "-" : fmt::format("{}", fmt::join(parts, ","));
+}
+
+// "ID:/path" names a file in a sandbox; anything else is a host path.
+std::optional<std::pair<std::string, std::string>> sandbox_path(const std::string& text) {
+  auto colon = text.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  std::string id = text.substr(0, colon);
+  if (!sandbox::local::valid_sandbox_id(id)) return std::nullopt;
+  return std::pair{id, text.substr(colon + 1)};
+}
+
+int copy(sandbox::SandboxProvider& provider, const std::string& from, const std::string& to) {
+  auto source = sandbox_path(from);
+  auto target = sandbox_path(to);
+  if (source && target) {
+    return report(Error{ErrorCode::kInvalidArgument,
+                        "copying between two sandboxes is not supported; copy to the host first"});
+  }
+  if (!source && !target) {
+    return report(Error{ErrorCode::kInvalidArgument,
+                        "one side of cp must be a sandbox path, written ID:/path/in/sandbox"});
+  }
+  if (target) {
+    std::ifstream in(from, std::ios::binary);
+    if (!in) return report(Error{ErrorCode::kNotFound, fmt::format("cannot read '{}'", from)});
+    if (auto written = provider.write_file(target->first, target->second, in); !written) {
+      return report(written.error());
+    }
+    return 0;
+  }
+  constexpr uint64_t kMaxCopy = 64ULL << 30;
+  std::string temp = to + ".quarry-partial";
+  std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+  if (!out) return report(Error{ErrorCode::kInvalidArgument, fmt::format("cannot write '{}'", to)});
+  auto copied = provider.read_file(source->first, source->second, out, kMaxCopy);
+  out.close();
+  if (!copied || !out) {
+    std::filesystem::remove(temp);
+    if (!copied) return report(copied.error());
+    return report(Error{ErrorCode::kInternal, fmt::format("writing '{}' failed", to)});
+  }
+  std::filesystem::rename(temp, to);
+  return 0;
+}
+
+}  // namespace
+
+void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code) {
+  auto* group = app.add_subcommand("sandbox", "create, use and remove sandboxes");
+  group->require_subcommand(1);
+
+  // create
+  static ResourceFlags create_flags;
+  auto* create = group->add_subcommand("create", "create a sandbox and print its id");
+  add_resource_flags(create, create_flags);
+  create->callback([&] {
+    auto provider = context.provider();
+    if (!provider) return void(exit_code = report(provider.error()));
+    auto spec = make_spec(create_flags, **context.config());
+    if (!spec) return void(exit_code = report(spec.error()));
+    auto info = (*provider)->create(*spec);
+    if (!info) return void(exit_code = report(info.error()));
+    std::cout << info->id << std::endl;
+  });
+
+  // exec
+  static ExecFlags exec_flags;
+  static std::string exec_id;
+  auto* exec = group->add_subcommand("exec", "run a command in a sandbox");
+  exec->add_option("id", exec_id, "sandbox id")->required();
+  add_exec_flags(exec, exec_flags);
+  exec->callback([&] {
+    auto provider = context.provider();
+    if (!provider) return void(exit_code = report(provider.error()));
+    CancelSignals cancel;
+    exit_code = run_exec(**provider, exec_id, exec_flags, **context.config(), cancel);
+  });
+
+  // run
+  static ResourceFlags run_resources;
+  static ExecFlags run_flags;
+  auto* run = group->add_subcommand("run", "create a sandbox, run one command, destroy it");
+  add_resource_flags(run, run_resources);
+  add_exec_flags(run, run_flags);
+  run->callback([&] {
+    auto provider = context.provider();
+    if (!provider) return void(exit_code = report(provider.error()));
+    auto spec = make_spec(run_resources, **context.config());
+    if (!spec) return void(exit_code = report(spec.error()));
+    CancelSignals cancel;
+    auto info = (*provider)->create(*spec);
+    if (!info) return void(exit_code = report(info.error()));
+    exit_code = run_exec(**provider, info->id, run_flags, **context.config(), cancel);
+    if (auto destroyed = (*provider)->destroy(info->id); !destroyed) {
+      exit_code = report(destroyed.error());
+    }
+  });
+
+  // cp
+  static std::string cp_from, cp_to;
+  auto* cp = group->add_subcommand(
+      "cp", "copy a file into or out of a sandbox: cp FILE ID:/path or cp ID:/path FILE");
+  cp->add_option("from", cp_from, "source")->required();
+  cp->add_option("to", cp_to, "destination")->required();
+  cp->callback([&] {
+    auto provider = context.provider();
+    if (!provider) return void(exit_code = report(provider.error()));
+    exit_code = copy(**provider, cp_from, cp_to);
+  });
+
+  // ls
+  static std::vector<std::string> ls_labels;
+  static bool ls_json = false;
+  auto* ls = group->add_subcommand("ls", "list sandboxes");
+  ls->add_option("--label", ls_labels, "only sandboxes with label KEY=VALUE (repeatable)");
+  ls->add_flag("--json", ls_json, "print a JSON array");
+  ls->callback([&] {
+    auto provider = context.provider();
+    if (!provider) return void(exit_code = report(provider.error()));
+    auto labels = parse_labels(ls_labels);
+    if (!labels) return void(exit_code = report(labels.error()));
+    auto found = (*provider)->find(*labels);
+    if (!found) return void(exit_code = report(found.error()));
+    if (ls_json) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& info : *found) {
+        list.push_back(
+            {{"id", info.id},
+             {"state", info.state == sandbox::SandboxState::kRunning ? "running" : "stopped"},
+             {"labels", info.labels},
+             {"cpus", info.resources.cpus},
+             {"memory_bytes", info.resources.memory_bytes},
+             {"disk_bytes", info.resources.disk_bytes},
+             {"pids", info.resources.pids},
+             {"created_at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   info.created_at.time_since_epoch())
+                                   .count()}});
+      }
+      std::cout << list.dump(2) << std::endl;
+      return;
+    }
+    std::cout << fmt::format("{:<14}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{}\n", "ID", "STATE", "AGE",
+                             "CPUS", "MEMORY", "DISK", "PIDS", "LABELS");
+    for (const auto& info : *found) {
+      std::cout << fmt::format(
+          "{:<14}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{}\n", info.id,
+          info.state == sandbox::SandboxState::kRunning ? "running" : "stopped",
+          age(info.created_at), info.resources.cpus, format_size(info.resources.memory_bytes),
+          format_size(info.resources.disk_bytes), info.resources.pids, label_text(info.labels));
+    }
+  });
+
+  // rm
+  static std::vector<std::string> rm_ids;
+  static bool rm_all = false;
+  auto* rm = group->add_subcommand("rm", "destroy sandboxes: rm ID... or rm --all");
+  rm->add_option("ids", rm_ids, "sandbox ids");
+  rm->add_flag("--all", rm_all, "destroy every sandbox");
+  rm->callback([&] {
+    if (rm_all == !rm_ids.empty()) {
+      return void(exit_code = report(
+                      Error{ErrorCode::kInvalidArgument, "give sandbox ids or --all, not both"}));
+    }
+    auto provider = context.provider();
+    if (!provider) return void(exit_code = report(provider.error()));
+    std::vector<std::string> ids = rm_ids;
+    if (rm_all) {
+      auto found = (*provider)->find({});
+      if (!found) return void(exit_code = report(found.error()));
+      for (const auto& info : *found)
+        ids.push_back(info.id);
+    }
+    for (const auto& id : ids) {
+      if (auto destroyed = (*provider)->destroy(id); !destroyed) {
+        exit_code = report(destroyed.error());
+      } else {
+        std::cout << id << std::endl;
+      }
+    }
+  });
+}
+
+}  // namespace quarry::cli

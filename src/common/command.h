@@ -1,0 +1,36 @@
+// Runs an external program (debootstrap, pip, mkfs) and reports its output line by line.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace quarry {
+
+struct CommandOptions {
+  // Replaces the environment when set; otherwise the child inherits ours.
+  std::optional<std::map<std::string, std::string>> environment;
+  std::filesystem::path working_directory;
+  // Called for each line the program prints on stdout or stderr (merged).
+  std::function<void(std::string_view line)> on_line;
+};
+
+struct CommandOutput {
+  int exit_code = 0;
+  std::string output;  // stdout and stderr merged, last 64 KiB
+};
+
+// Runs argv[0] (searched in PATH) and waits. A nonzero exit is an error whose message names the
+// program, its exit status and the last lines it printed.
+Result<CommandOutput> run_command(const std::vector<std::string>& argv,
+                                  const CommandOptions& options = {});
+
+// Returns the full path of `program` if it is found in PATH.
+std::optional<std::filesystem::path> find_program(std::string_view program);
+
+}  // namespace quarry

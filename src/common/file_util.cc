@@ -1,0 +1,95 @@
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "common/unique_fd.h"
+
+namespace quarry {
+
+Result<std::string> read_file(const std::filesystem::path& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return errno_error("open '{}'", path.string());
+  std::string content;
+  char buffer[8192];
+  while (true) {
+    ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("read '{}'", path.string());
+    }
+    if (n == 0) break;
+    content.append(buffer, static_cast<size_t>(n));
+  }
+  return content;
+}
+
+namespace {
+
+Result<void> write_all(int fd, std::string_view content, const std::filesystem::path& path) {
+  while (!content.empty()) {
+    ssize_t n = ::write(fd, content.data(), content.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("write '{}'", path.string());
+    }
+    content.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> write_file_atomic(const std::filesystem::path& path, std::string_view content,
+                               mode_t mode) {
+  std::filesystem::path temp = path;
+  temp += fmt::format(".tmp{}", std::random_device{}());
+  {
+    UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
+    if (!fd) return errno_error("create '{}'", temp.string());
+    if (auto written = write_all(fd.get(), content, temp); !written) {
+      ::unlink(temp.c_str());
+      return written;
+    }
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    auto error = errno_error("rename '{}' to '{}'", temp.string(), path.string());
+    ::unlink(temp.c_str());
+    return error;
+  }
+  return {};
+}
+
+Result<void> write_control_file(const std::filesystem::path& path, std::string_view content) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return errno_error("open '{}'", path.string());
+  ssize_t n = ::write(fd.get(), content.data(), content.size());
+  if (n < 0) return errno_error("write '{}' to '{}'", content, path.string());
+  return {};
+}
+
+Result<void> make_directories(const std::filesystem::path& path, mode_t mode) {
+  std::filesystem::path current;
+  for (const auto& part : path) {
+    current /= part;
+    if (::mkdir(current.c_str(), mode) != 0 && errno != EEXIST) {
+      return errno_error("mkdir '{}'", current.string());
+    }
+  }
+  return {};
+}
+
+Result<void> remove_tree(const std::filesystem::path& path) {
+  std::error_code error;
+  std::filesystem::remove_all(path, error);
+  if (error) {
+    return make_error(ErrorCode::kInternal, "removing '{}' failed: {}", path.string(),
+                      error.message());
+  }
+  return {};
+}
+
+}  // namespace quarry

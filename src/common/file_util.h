@@ -1,0 +1,32 @@
+// Small file helpers with errors that name the path: whole-file reads, atomic writes, and the
+// one-line writes used for /proc and cgroup control files.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace quarry {
+
+Result<std::string> read_file(const std::filesystem::path& path);
+
+// Writes `content` to a temporary file beside `path` and renames it over `path`, so readers see
+// the old or the new content, never a torn one. No fsync: this protects against a crashed
+// process, not a crashed host.
+Result<void> write_file_atomic(const std::filesystem::path& path, std::string_view content,
+                               mode_t mode = 0644);
+
+// Opens an existing file and writes `content` in one write(2), as control files require.
+Result<void> write_control_file(const std::filesystem::path& path, std::string_view content);
+
+// mkdir -p with a mode for the directories it creates.
+Result<void> make_directories(const std::filesystem::path& path, mode_t mode = 0755);
+
+// rm -rf that never follows symlinks; a missing path is not an error.
+Result<void> remove_tree(const std::filesystem::path& path);
+
+}  // namespace quarry

@@ -1,0 +1,158 @@
+#include "common/units.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+namespace quarry {
+namespace {
+
+struct Unit {
+  std::string_view suffix;
+  double factor;
+};
+
+// Splits "1.5GiB" into 1.5 and "GiB"; whitespace between them is allowed.
+Result<std::pair<double, std::string_view>> split_number(std::string_view text,
+                                                         std::string_view what) {
+  while (!text.empty() && text.front() == ' ')
+    text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ')
+    text.remove_suffix(1);
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end == text.data()) {
+    return make_error(ErrorCode::kInvalidArgument, "'{}' is not a {}", text, what);
+  }
+  std::string_view unit(end, text.data() + text.size() - end);
+  while (!unit.empty() && unit.front() == ' ')
+    unit.remove_prefix(1);
+  if (value < 0 || !std::isfinite(value)) {
+    return make_error(ErrorCode::kInvalidArgument, "'{}' is not a {}: it must not be negative",
+                      text, what);
+  }
+  return std::pair{value, unit};
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<uint64_t> parse_size(std::string_view text) {
+  static constexpr std::array<Unit, 14> kUnits = {{
+      {"", 1},
+      {"b", 1},
+      {"k", 1024.0},
+      {"kb", 1024.0},
+      {"kib", 1024.0},
+      {"m", 1024.0 * 1024},
+      {"mb", 1024.0 * 1024},
+      {"mib", 1024.0 * 1024},
+      {"g", 1024.0 * 1024 * 1024},
+      {"gb", 1024.0 * 1024 * 1024},
+      {"gib", 1024.0 * 1024 * 1024},
+      {"t", 1024.0 * 1024 * 1024 * 1024},
+      {"tb", 1024.0 * 1024 * 1024 * 1024},
+      {"tib", 1024.0 * 1024 * 1024 * 1024},
+  }};
+  ASSIGN_OR_RETURN(auto parts, split_number(text, "size"));
+  auto [value, unit] = parts;
+  for (const Unit& candidate : kUnits) {
+    if (iequals(unit, candidate.suffix)) {
+      const double bytes = value * candidate.factor;
+      if (bytes >= static_cast<double>(std::numeric_limits<uint64_t>::max())) {
+        return make_error(ErrorCode::kInvalidArgument, "size '{}' is too large", text);
+      }
+      return static_cast<uint64_t>(std::llround(bytes));
+    }
+  }
+  return make_error(ErrorCode::kInvalidArgument,
+                    "'{}' has an unknown size unit '{}' (use B, KiB, MiB, GiB or TiB, e.g. 512MiB)",
+                    text, unit);
+}
+
+Result<Duration> parse_duration(std::string_view text) {
+  static constexpr std::array<Unit, 7> kUnits = {{
+      {"", 1000},
+      {"ms", 1},
+      {"s", 1000},
+      {"m", 60 * 1000},
+      {"min", 60 * 1000},
+      {"h", 3600 * 1000},
+      {"d", 24 * 3600 * 1000},
+  }};
+  // One or more number-unit pairs: "30s", "1h30m", "1m30s"; a bare number is seconds.
+  std::string_view rest = text;
+  double total_ms = 0;
+  bool any = false;
+  while (!rest.empty() || !any) {
+    size_t unit_end = 0;
+    while (unit_end < rest.size() &&
+           (std::isdigit(static_cast<unsigned char>(rest[unit_end])) || rest[unit_end] == '.' ||
+            rest[unit_end] == ' ' || rest[unit_end] == '-')) {
+      ++unit_end;
+    }
+    while (unit_end < rest.size() && std::isalpha(static_cast<unsigned char>(rest[unit_end]))) {
+      ++unit_end;
+    }
+    ASSIGN_OR_RETURN(auto parts, split_number(rest.substr(0, unit_end), "duration"));
+    auto [value, unit] = parts;
+    const Unit* found = nullptr;
+    for (const Unit& candidate : kUnits) {
+      if (iequals(unit, candidate.suffix)) found = &candidate;
+    }
+    if (!found || (found->suffix.empty() && (any || unit_end < rest.size()))) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "'{}' is not a duration (use ms, s, m or h, e.g. 30s or 1h30m)", text);
+    }
+    total_ms += value * found->factor;
+    any = true;
+    rest.remove_prefix(unit_end);
+    if (rest.empty()) break;
+  }
+  return Duration(std::llround(total_ms));
+}
+
+std::string format_size(uint64_t bytes) {
+  static constexpr std::array<std::string_view, 5> kNames = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t index = 0;
+  while (value >= 1024 && index + 1 < kNames.size()) {
+    value /= 1024;
+    ++index;
+  }
+  if (index == 0) return fmt::format("{} B", bytes);
+  if (std::fabs(value - std::round(value)) < 0.05) {
+    return fmt::format("{:.0f} {}", value, kNames[index]);
+  }
+  return fmt::format("{:.1f} {}", value, kNames[index]);
+}
+
+std::string format_duration(Duration duration) {
+  auto ms = duration.count();
+  if (ms % 1000 != 0) return fmt::format("{}ms", ms);
+  auto seconds = ms / 1000;
+  std::string out;
+  if (seconds >= 3600) {
+    out += fmt::format("{}h", seconds / 3600);
+    seconds %= 3600;
+  }
+  if (seconds >= 60) {
+    out += fmt::format("{}m", seconds / 60);
+    seconds %= 60;
+  }
+  if (seconds > 0 || out.empty()) out += fmt::format("{}s", seconds);
+  return out;
+}
+
+}  // namespace quarry

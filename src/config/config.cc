@@ -1,0 +1,316 @@
+#include "config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/file_util.h"
+
+namespace quarry {
+namespace {
+
+// Walks the YAML tree keeping the dotted path of the current key, so every error can say
+// exactly which setting is wrong and where it is.
+class Walker {
+ public:
+  explicit Walker(std::string_view source) : source_(source) {}
+
+  template <typename... Args>
+  std::unexpected<Error> fail(const YAML::Node& node, std::string_view path,
+                              fmt::format_string<Args...> format, Args&&... args) const {
+    std::string where(source_);
+    if (node.Mark().line >= 0) where += fmt::format(":{}", node.Mark().line + 1);
+    return make_error(ErrorCode::kInvalidArgument, "{}: {}: {}", where, path,
+                      fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  // Fails on keys not in `known`; a null node (empty section) is fine.
+  Result<void> check_map(const YAML::Node& node, std::string_view path,
+                         std::initializer_list<std::string_view> known) const {
+    if (node.IsNull()) return {};
+    if (!node.IsMap()) return fail(node, path, "must be a mapping of keys to values");
+    for (const auto& entry : node) {
+      auto key = entry.first.as<std::string>();
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        std::string child = path.empty() ? key : fmt::format("{}.{}", path, key);
+        return fail(entry.first, child, "unknown key (known keys here: {})",
+                    fmt::join(known, ", "));
+      }
+    }
+    return {};
+  }
+
+  Result<std::string> scalar(const YAML::Node& node, std::string_view path) const {
+    if (!node.IsScalar()) return fail(node, path, "must be a single value");
+    return node.Scalar();
+  }
+
+  Result<uint64_t> size(const YAML::Node& node, std::string_view path) const {
+    ASSIGN_OR_RETURN(auto text, scalar(node, path));
+    auto value = parse_size(text);
+    if (!value) return fail(node, path, "{}", value.error().message);
+    return *value;
+  }
+
+  Result<Duration> duration(const YAML::Node& node, std::string_view path) const {
+    ASSIGN_OR_RETURN(auto text, scalar(node, path));
+    auto value = parse_duration(text);
+    if (!value) return fail(node, path, "{}", value.error().message);
+    if (value->count() <= 0) return fail(node, path, "must be longer than zero");
+    return *value;
+  }
+
+  Result<uint64_t> count(const YAML::Node& node, std::string_view path, uint64_t min,
+                         uint64_t max) const {
+    ASSIGN_OR_RETURN(auto text, scalar(node, path));
+    uint64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      return fail(node, path, "'{}' is not a whole number", text);
+    }
+    if (value < min || value > max) {
+      return fail(node, path, "{} is out of range (allowed: {} to {})", value, min, max);
+    }
+    return value;
+  }
+
+  Result<double> number(const YAML::Node& node, std::string_view path) const {
+    ASSIGN_OR_RETURN(auto text, scalar(node, path));
+    double value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      return fail(node, path, "'{}' is not a number", text);
+    }
+    return value;
+  }
+
+  Result<std::vector<std::string>> string_list(const YAML::Node& node,
+                                               std::string_view path) const {
+    if (!node.IsSequence()) return fail(node, path, "must be a list, e.g. [a, b]");
+    std::vector<std::string> values;
+    for (size_t i = 0; i < node.size(); ++i) {
+      ASSIGN_OR_RETURN(auto value, scalar(node[i], fmt::format("{}[{}]", path, i)));
+      values.push_back(std::move(value));
+    }
+    return values;
+  }
+
+  // An absolute, normalised directory path inside the sandbox.
+  Result<std::string> sandbox_dir(const YAML::Node& node, std::string_view path) const {
+    ASSIGN_OR_RETURN(auto text, scalar(node, path));
+    std::filesystem::path dir(text);
+    if (!dir.is_absolute()) return fail(node, path, "'{}' must be an absolute path", text);
+    if (dir.lexically_normal() != dir || text.find("..") != std::string::npos ||
+        text.back() == '/') {
+      return fail(node, path, "'{}' must be a plain absolute path without '..' or a trailing '/'",
+                  text);
+    }
+    for (std::string_view reserved : {"/proc", "/dev", "/sys", "/usr", "/bin", "/lib", "/etc"}) {
+      if (text == reserved || text.starts_with(fmt::format("{}/", reserved))) {
+        return fail(node, path, "'{}' is inside the system directory {}", text, reserved);
+      }
+    }
+    if (text == "/") return fail(node, path, "must not be '/'");
+    return text;
+  }
+
+ private:
+  std::string source_;
+};
+
+bool valid_package_spec(std::string_view spec) {
+  if (spec.empty()) return false;
+  for (char c : spec) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) ||
+          std::string_view("-_.[]=<>!~,").find(c) != std::string_view::npos)) {
+      return false;
+    }
+  }
+  return std::isalnum(static_cast<unsigned char>(spec.front()));
+}
+
+Result<void> parse_resources(const Walker& walk, const YAML::Node& node, std::string_view path,
+                             ResourceLimits& out) {
+  RETURN_IF_ERROR(walk.check_map(node, path, {"cpus", "memory", "disk", "pids"}));
+  if (node.IsNull()) return {};
+  if (auto value = node["cpus"]) {
+    ASSIGN_OR_RETURN(out.cpus, walk.number(value, fmt::format("{}.cpus", path)));
+  }
+  if (auto value = node["memory"]) {
+    ASSIGN_OR_RETURN(out.memory_bytes, walk.size(value, fmt::format("{}.memory", path)));
+  }
+  if (auto value = node["disk"]) {
+    ASSIGN_OR_RETURN(out.disk_bytes, walk.size(value, fmt::format("{}.disk", path)));
+  }
+  if (auto value = node["pids"]) {
+    ASSIGN_OR_RETURN(auto pids, walk.count(value, fmt::format("{}.pids", path), 1, 4194304));
+    out.pids = static_cast<uint32_t>(pids);
+  }
+  if (auto valid = validate_resources(out); !valid) {
+    return walk.fail(node, path, "{}", valid.error().message);
+  }
+  return {};
+}
+
+Result<void> parse_network(const Walker& walk, const YAML::Node& node, std::string_view path,
+                           NetworkPolicy& out) {
+  RETURN_IF_ERROR(walk.check_map(node, path, {"mode", "allow"}));
+  if (node.IsNull()) return {};
+  if (auto value = node["mode"]) {
+    ASSIGN_OR_RETURN(auto mode, walk.scalar(value, fmt::format("{}.mode", path)));
+    if (mode == "none") {
+      out.mode = NetworkMode::kNone;
+    } else if (mode == "allowlist") {
+      out.mode = NetworkMode::kAllowlist;
+    } else {
+      return walk.fail(value, fmt::format("{}.mode", path),
+                       "'{}' is not a network mode (use none or allowlist)", mode);
+    }
+  }
+  if (auto value = node["allow"]) {
+    ASSIGN_OR_RETURN(out.allow, walk.string_list(value, fmt::format("{}.allow", path)));
+  }
+  if (out.mode == NetworkMode::kNone && !out.allow.empty()) {
+    return walk.fail(node, fmt::format("{}.allow", path),
+                     "is only meaningful with mode: allowlist");
+  }
+  if (out.mode == NetworkMode::kAllowlist && out.allow.empty()) {
+    return walk.fail(node, fmt::format("{}.allow", path),
+                     "mode allowlist needs at least one domain in allow");
+  }
+  return {};
+}
+
+Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxConfig& out) {
+  constexpr std::string_view kPath = "sandbox";
+  RETURN_IF_ERROR(walk.check_map(
+      node, kPath,
+      {"provider", "packages", "data_dir", "output_dir", "export_max_rows", "resources",
+       "exec_timeout", "idle_timeout", "network", "output_limit", "local"}));
+  if (node.IsNull()) return {};
+  if (auto value = node["provider"]) {
+    ASSIGN_OR_RETURN(out.provider, walk.scalar(value, "sandbox.provider"));
+    if (out.provider != "local") {
+      return walk.fail(value, "sandbox.provider",
+                       "'{}' is not an available provider (available: local)", out.provider);
+    }
+  }
+  if (auto value = node["packages"]) {
+    ASSIGN_OR_RETURN(out.packages, walk.string_list(value, "sandbox.packages"));
+    for (size_t i = 0; i < out.packages.size(); ++i) {
+      if (!valid_package_spec(out.packages[i])) {
+        return walk.fail(value[i], fmt::format("sandbox.packages[{}]", i),
+                         "'{}' is not a package requirement (e.g. polars or polars==1.9.0)",
+                         out.packages[i]);
+      }
+    }
+  }
+  if (auto value = node["data_dir"]) {
+    ASSIGN_OR_RETURN(out.data_dir, walk.sandbox_dir(value, "sandbox.data_dir"));
+  }
+  if (auto value = node["output_dir"]) {
+    ASSIGN_OR_RETURN(out.output_dir, walk.sandbox_dir(value, "sandbox.output_dir"));
+  }
+  if (out.data_dir == out.output_dir) {
+    return walk.fail(node, "sandbox.output_dir", "must differ from sandbox.data_dir");
+  }
+  if (auto value = node["export_max_rows"]) {
+    ASSIGN_OR_RETURN(out.export_max_rows,
+                     walk.count(value, "sandbox.export_max_rows", 1, 10'000'000'000ULL));
+  }
+  if (auto value = node["resources"]) {
+    RETURN_IF_ERROR(parse_resources(walk, value, "sandbox.resources", out.resources));
+  }
+  if (auto value = node["exec_timeout"]) {
+    ASSIGN_OR_RETURN(out.exec_timeout, walk.duration(value, "sandbox.exec_timeout"));
+  }
+  if (auto value = node["idle_timeout"]) {
+    ASSIGN_OR_RETURN(out.idle_timeout, walk.duration(value, "sandbox.idle_timeout"));
+  }
+  if (auto value = node["network"]) {
+    RETURN_IF_ERROR(parse_network(walk, value, "sandbox.network", out.network));
+  }
+  if (auto value = node["output_limit"]) {
+    ASSIGN_OR_RETURN(out.output_limit_bytes, walk.size(value, "sandbox.output_limit"));
+    if (out.output_limit_bytes < kKiB || out.output_limit_bytes > 256 * kMiB) {
+      return walk.fail(value, "sandbox.output_limit", "must be between 1 KiB and 256 MiB");
+    }
+  }
+  if (auto value = node["local"]) {
+    RETURN_IF_ERROR(walk.check_map(value, "sandbox.local", {"volume_size"}));
+    if (auto size = value["volume_size"]) {
+      ASSIGN_OR_RETURN(out.local.volume_bytes, walk.size(size, "sandbox.local.volume_size"));
+      if (out.local.volume_bytes < kGiB) {
+        return walk.fail(size, "sandbox.local.volume_size", "must be at least 1 GiB");
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> validate_resources(const ResourceLimits& resources) {
+  if (!(resources.cpus >= 0.01 && resources.cpus <= 1024)) {
+    return make_error(ErrorCode::kInvalidArgument, "cpus must be between 0.01 and 1024, not {}",
+                      resources.cpus);
+  }
+  if (resources.memory_bytes < 16 * kMiB) {
+    return make_error(ErrorCode::kInvalidArgument, "memory must be at least 16 MiB, not {}",
+                      format_size(resources.memory_bytes));
+  }
+  if (resources.disk_bytes < 16 * kMiB) {
+    return make_error(ErrorCode::kInvalidArgument, "disk must be at least 16 MiB, not {}",
+                      format_size(resources.disk_bytes));
+  }
+  if (resources.pids < 8) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "pids must be at least 8 (the sandbox's own init needs some), not {}",
+                      resources.pids);
+  }
+  return {};
+}
+
+Result<Config> parse_config(std::string_view yaml_text, std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& error) {
+    return make_error(ErrorCode::kInvalidArgument, "{}:{}:{}: not valid YAML: {}", source,
+                      error.mark.line + 1, error.mark.column + 1, error.msg);
+  }
+  Config config;
+  config.source = std::string(source);
+  Walker walk(source);
+  if (root.IsNull()) return config;  // an empty file means all defaults
+  RETURN_IF_ERROR(walk.check_map(root, "", {"sandbox"}));
+  try {
+    if (auto sandbox = root["sandbox"])
+      RETURN_IF_ERROR(parse_sandbox(walk, sandbox, config.sandbox));
+  } catch (const YAML::Exception& error) {
+    return make_error(ErrorCode::kInvalidArgument, "{}:{}: {}", source, error.mark.line + 1,
+                      error.msg);
+  }
+  return config;
+}
+
+Result<Config> load_config(const std::optional<std::filesystem::path>& explicit_path) {
+  std::optional<std::filesystem::path> path = explicit_path;
+  if (!path) {
+    if (const char* env = std::getenv("QUARRY_CONFIG"); env && *env) path = env;
+  }
+  if (!path) {
+    std::error_code ignored;
+    if (std::filesystem::exists("config.yml", ignored)) path = "config.yml";
+  }
+  if (!path) return Config{};
+  auto text = read_file(*path);
+  if (!text) return std::unexpected(text.error().with_context("reading the configuration"));
+  return parse_config(*text, path->string());
+}
+
+}  // namespace quarry

@@ -1,0 +1,67 @@
+// quarry's configuration: one typed, validated structure loaded from config.yml.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/units.h"
+
+namespace quarry {
+
+struct ResourceLimits {
+  double cpus = 1.0;               // CPU quota in cores (0.5 = half a core)
+  uint64_t memory_bytes = kGiB;    // hard memory limit, no swap
+  uint64_t disk_bytes = 2 * kGiB;  // size of the sandbox's writable layer
+  uint32_t pids = 256;             // processes and threads
+};
+
+enum class NetworkMode { kNone, kAllowlist };
+
+struct NetworkPolicy {
+  NetworkMode mode = NetworkMode::kNone;
+  std::vector<std::string> allow;  // domains, for kAllowlist
+};
+
+// Settings of the local provider only.
+struct LocalProviderConfig {
+  // Size of the volume that holds every sandbox's writable layer (sparse; grows as used).
+  uint64_t volume_bytes = 64 * kGiB;
+};
+
+struct SandboxConfig {
+  std::string provider = "local";
+  std::vector<std::string> packages = {"polars", "duckdb",     "pyarrow", "pandas",
+                                       "numpy",  "matplotlib", "plotly"};
+  std::string data_dir = "/home/sandbox/data";
+  std::string output_dir = "/home/sandbox/outputs";
+  uint64_t export_max_rows = 100000;
+  ResourceLimits resources;
+  Duration exec_timeout = std::chrono::seconds(120);
+  Duration idle_timeout = std::chrono::minutes(15);
+  NetworkPolicy network;
+  uint64_t output_limit_bytes = kMiB;  // stdout and stderr kept per exec, each
+  LocalProviderConfig local;
+};
+
+struct Config {
+  SandboxConfig sandbox;
+  // Where the configuration came from, for messages ("built-in defaults" if no file).
+  std::string source = "built-in defaults";
+};
+
+// Parses YAML text. `source` names it in error messages ("config.yml").
+// Unknown keys and bad values are errors that carry the key's path and line.
+Result<Config> parse_config(std::string_view yaml_text, std::string_view source);
+
+// Picks the file: `explicit_path` (--config), else $QUARRY_CONFIG, else ./config.yml if it
+// exists, else the built-in defaults.
+Result<Config> load_config(const std::optional<std::filesystem::path>& explicit_path);
+
+// Checks a resource request (from the CLI or an API) with the same rules as the config file.
+Result<void> validate_resources(const ResourceLimits& resources);
+
+}  // namespace quarry

@@ -1,0 +1,200 @@
+#include "sandbox/local/cgroup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+#include <thread>
+
+#include "common/file_util.h"
+
+namespace quarry::sandbox::local {
+namespace {
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  while (true) {
+    auto pos = text.find(separator);
+    parts.push_back(text.substr(0, pos));
+    if (pos == std::string_view::npos) break;
+    text.remove_prefix(pos + 1);
+  }
+  return parts;
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape_mount_path(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && i + 3 < text.size()) {
+      int value = 0;
+      auto [end, ec] = std::from_chars(text.data() + i + 1, text.data() + i + 4, value, 8);
+      if (ec == std::errc() && end == text.data() + i + 4) {
+        out.push_back(static_cast<char>(value));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
+bool has(const std::vector<std::string>& items, std::string_view item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+}  // namespace
+
+std::vector<CgroupMount> parse_cgroup_mounts(std::string_view mountinfo) {
+  std::vector<CgroupMount> mounts;
+  for (std::string_view line : split(mountinfo, '\n')) {
+    if (line.empty()) continue;
+    auto separator = line.find(" - ");
+    if (separator == std::string_view::npos) continue;
+    auto before = split(line.substr(0, separator), ' ');
+    auto after = split(line.substr(separator + 3), ' ');
+    if (before.size() < 5 || after.size() < 3) continue;
+    CgroupMount mount;
+    mount.mount_point = unescape_mount_path(before[4]);
+    if (after[0] == "cgroup2") {
+      mount.unified = true;
+    } else if (after[0] == "cgroup") {
+      for (std::string_view option : split(after[2], ',')) {
+        if (option == "rw" || option == "ro" || option.find('=') != std::string_view::npos) {
+          continue;
+        }
+        mount.controllers.emplace_back(option);
+      }
+    } else {
+      continue;
+    }
+    mounts.push_back(std::move(mount));
+  }
+  return mounts;
+}
+
+Result<std::unique_ptr<CgroupDriver>> make_cgroup_driver(const std::vector<CgroupMount>& mounts,
+                                                         std::string_view parent) {
+  for (const auto& mount : mounts) {
+    if (mount.unified && has(mount.controllers, "memory") && has(mount.controllers, "cpu") &&
+        has(mount.controllers, "pids")) {
+      return make_cgroup_v2(mount.mount_point, std::string(parent));
+    }
+  }
+  auto v1_root = [&](std::string_view controller) -> std::filesystem::path {
+    for (const auto& mount : mounts) {
+      if (!mount.unified && has(mount.controllers, controller)) return mount.mount_point;
+    }
+    return {};
+  };
+  CgroupV1Paths paths{v1_root("memory"), v1_root("cpu"), v1_root("cpuacct"), v1_root("pids")};
+  std::vector<std::string_view> missing;
+  if (paths.memory.empty()) missing.push_back("memory");
+  if (paths.cpu.empty()) missing.push_back("cpu");
+  if (paths.cpuacct.empty()) missing.push_back("cpuacct");
+  if (paths.pids.empty()) missing.push_back("pids");
+  if (missing.empty()) return make_cgroup_v1(std::move(paths), std::string(parent));
+  return make_error(ErrorCode::kFailedPrecondition,
+                    "no usable cgroup hierarchy: cgroup v2 lacks one of memory, cpu, pids in "
+                    "cgroup.controllers, and cgroup v1 has no hierarchy for {}. Mount the cgroup "
+                    "filesystems (systemd does this at boot) or enable these controllers",
+                    fmt::join(missing, ", "));
+}
+
+Result<std::unique_ptr<CgroupDriver>> detect_cgroups(std::string_view parent) {
+  ASSIGN_OR_RETURN(auto mountinfo, read_file("/proc/self/mountinfo"));
+  auto mounts = parse_cgroup_mounts(mountinfo);
+  for (auto& mount : mounts) {
+    if (!mount.unified) continue;
+    auto controllers = read_file(mount.mount_point / "cgroup.controllers");
+    if (!controllers) continue;
+    std::istringstream words(*controllers);
+    for (std::string word; words >> word;)
+      mount.controllers.push_back(word);
+  }
+  return make_cgroup_driver(mounts, parent);
+}
+
+namespace cgroup_files {
+
+Result<uint64_t> read_number(const std::filesystem::path& path) {
+  ASSIGN_OR_RETURN(auto text, read_file(path));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.pop_back();
+  if (text == "max") return UINT64_MAX;
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc()) {
+    return make_error(ErrorCode::kInternal, "'{}' holds '{}', not a number", path.string(), text);
+  }
+  return value;
+}
+
+Result<uint64_t> read_keyed(const std::filesystem::path& path, std::string_view key) {
+  ASSIGN_OR_RETURN(auto text, read_file(path));
+  for (std::string_view line : split(text, '\n')) {
+    if (line.starts_with(key) && line.size() > key.size() && line[key.size()] == ' ') {
+      uint64_t value = 0;
+      auto digits = line.substr(key.size() + 1);
+      std::from_chars(digits.data(), digits.data() + digits.size(), value);
+      return value;
+    }
+  }
+  return make_error(ErrorCode::kNotFound, "'{}' has no '{}' line", path.string(), key);
+}
+
+Result<std::vector<pid_t>> read_procs(const std::filesystem::path& path) {
+  ASSIGN_OR_RETURN(auto text, read_file(path));
+  std::vector<pid_t> pids;
+  for (std::string_view line : split(text, '\n')) {
+    pid_t pid = 0;
+    if (std::from_chars(line.data(), line.data() + line.size(), pid).ec == std::errc()) {
+      pids.push_back(pid);
+    }
+  }
+  return pids;
+}
+
+Result<void> kill_all(const std::filesystem::path& procs_file) {
+  // A process that forks between our read and our kill is caught on the next round; a
+  // SIGKILLed process cannot fork, so the set shrinks. The pids limit bounds each round.
+  for (int round = 0; round < 1000; ++round) {
+    auto pids = read_procs(procs_file);
+    if (!pids) {
+      if (pids.error().code == ErrorCode::kNotFound) return {};
+      return std::unexpected(pids.error());
+    }
+    if (pids->empty()) return {};
+    for (pid_t pid : *pids)
+      ::kill(pid, SIGKILL);
+    if (round > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return make_error(ErrorCode::kInternal, "processes in '{}' survived SIGKILL",
+                    procs_file.string());
+}
+
+Result<void> remove_tree(const std::filesystem::path& directory) {
+  std::error_code error;
+  if (!std::filesystem::exists(directory, error)) return {};
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    if (entry.is_directory(error) && !entry.is_symlink(error)) {
+      RETURN_IF_ERROR(remove_tree(entry.path()));
+    }
+  }
+  // rmdir fails with EBUSY while exiting processes are still being released from the cgroup;
+  // that takes microseconds to a few milliseconds after SIGKILL.
+  for (int attempt = 0;; ++attempt) {
+    if (::rmdir(directory.c_str()) == 0 || errno == ENOENT) return {};
+    if (errno != EBUSY || attempt >= 2000) return errno_error("rmdir '{}'", directory.string());
+    std::this_thread::sleep_for(std::chrono::microseconds(100 + 50 * std::min(attempt, 40)));
+  }
+}
+
+}  // namespace cgroup_files
+}  // namespace quarry::sandbox::local

@@ -1,0 +1,109 @@
+// cgroups for sandboxes: limits on the sandbox, one child cgroup per exec for metering. The host
+// may have cgroup v1, v2, or both (hybrid); detect_cgroups() picks the driver that has every
+// controller quarry needs.
+//
+// Layout (the same shape in each hierarchy):
+//   <root>/quarry/<sandbox>/          limits: memory (no swap), cpu quota, pids
+//   <root>/quarry/<sandbox>/init      the sandbox's init process
+//   <root>/quarry/<sandbox>/<exec>    one exec's process tree: peak memory, OOM kills, CPU time
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+
+namespace quarry::sandbox::local {
+
+struct CgroupLimits {
+  uint64_t memory_bytes = 0;
+  double cpus = 1.0;
+  uint32_t pids = 0;
+};
+
+// Per-exec measurements read from the exec's own cgroup.
+struct ExecCounters {
+  uint64_t peak_memory_bytes = 0;
+  uint64_t cpu_usage_ns = 0;
+  uint64_t oom_kills = 0;
+};
+
+class CgroupDriver {
+ public:
+  virtual ~CgroupDriver() = default;
+
+  virtual std::string_view version() const = 0;  // "v1" or "v2"
+
+  // Creates <sandbox> with its limits and the empty init leaf.
+  virtual Result<void> create_sandbox(std::string_view sandbox, const CgroupLimits& limits) = 0;
+  // Moves `pid` into <sandbox> itself (so a cgroup namespace created now is rooted there).
+  virtual Result<void> enter_sandbox(std::string_view sandbox, pid_t pid) = 0;
+  // Moves `pid` into <sandbox>/init and makes <sandbox> ready for exec children.
+  virtual Result<void> enter_init(std::string_view sandbox, pid_t pid) = 0;
+
+  // Creates <sandbox>/<exec> and returns open cgroup.procs files of it, one per hierarchy. A
+  // process that writes "0" to each of them moves itself into the exec's cgroup; the files are
+  // opened here, by the host, so a sandboxed process can use them without any other access to
+  // the cgroup tree.
+  virtual Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox,
+                                                    std::string_view exec) = 0;
+  virtual Result<ExecCounters> exec_counters(std::string_view sandbox, std::string_view exec) = 0;
+  // Kills every process of the exec and removes its cgroup.
+  virtual Result<void> remove_exec(std::string_view sandbox, std::string_view exec) = 0;
+  // Sends SIGKILL to every process in the exec's cgroup (e.g. on timeout); does not wait.
+  virtual Result<void> kill_exec(std::string_view sandbox, std::string_view exec) = 0;
+
+  // Kills whatever is left in the sandbox and removes all of its cgroups. Missing is fine.
+  virtual Result<void> remove_sandbox(std::string_view sandbox) = 0;
+  // Whether the sandbox's cgroup exists (used to find leftovers).
+  virtual bool sandbox_exists(std::string_view sandbox) const = 0;
+};
+
+// A cgroup filesystem mount, as read from /proc/self/mountinfo.
+struct CgroupMount {
+  std::filesystem::path mount_point;
+  bool unified = false;                  // cgroup2
+  std::vector<std::string> controllers;  // v1: from the super options; v2: cgroup.controllers
+};
+
+// Parses the cgroup and cgroup2 lines of a mountinfo file.
+std::vector<CgroupMount> parse_cgroup_mounts(std::string_view mountinfo);
+
+// Picks v2 when the unified hierarchy has memory, cpu and pids, else v1 when each of memory,
+// cpu, cpuacct and pids is mounted as a v1 hierarchy (this is what a hybrid host gives), else an
+// error naming what is missing. `mounts` must have v2 controllers filled in.
+Result<std::unique_ptr<CgroupDriver>> make_cgroup_driver(const std::vector<CgroupMount>& mounts,
+                                                         std::string_view parent = "quarry");
+
+// Reads /proc/self/mountinfo and the v2 controllers, then make_cgroup_driver().
+Result<std::unique_ptr<CgroupDriver>> detect_cgroups(std::string_view parent = "quarry");
+
+// Drivers over explicit directories, for hosts and for tests on a fake tree.
+std::unique_ptr<CgroupDriver> make_cgroup_v2(std::filesystem::path root, std::string parent);
+struct CgroupV1Paths {
+  std::filesystem::path memory, cpu, cpuacct, pids;
+};
+std::unique_ptr<CgroupDriver> make_cgroup_v1(CgroupV1Paths roots, std::string parent);
+
+// Helpers shared by both drivers.
+namespace cgroup_files {
+// Reads a file holding a single number ("max" reads as UINT64_MAX).
+Result<uint64_t> read_number(const std::filesystem::path& path);
+// Reads the value of `key` from a flat-keyed file ("oom_kill 3").
+Result<uint64_t> read_keyed(const std::filesystem::path& path, std::string_view key);
+// The pids listed in a cgroup.procs file.
+Result<std::vector<pid_t>> read_procs(const std::filesystem::path& path);
+// SIGKILLs the processes in `procs_file` until it is empty (or `rounds` pass).
+Result<void> kill_all(const std::filesystem::path& procs_file);
+// rmdir of a cgroup directory and its children, deepest first; retries while the kernel is
+// still releasing exiting processes. Missing is fine.
+Result<void> remove_tree(const std::filesystem::path& directory);
+}  // namespace cgroup_files
+
+}  // namespace quarry::sandbox::local

@@ -1,0 +1,160 @@
+// cgroup v1 (one hierarchy per controller, as on hybrid hosts): limits with
+// memory.limit_in_bytes, cpu.cfs_quota_us and pids.max; per-exec metering with
+// memory.max_usage_in_bytes, memory.oom_control and cpuacct.usage.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <set>
+
+#include "common/file_util.h"
+#include "sandbox/local/cgroup.h"
+
+namespace quarry::sandbox::local {
+namespace {
+
+constexpr uint64_t kCpuPeriodUs = 100'000;
+
+class CgroupV1 final : public CgroupDriver {
+ public:
+  CgroupV1(CgroupV1Paths roots, std::string parent) : roots_(std::move(roots)), parent_(parent) {
+    // cpu and cpuacct are often mounted together ("cpu,cpuacct"); touch each hierarchy once.
+    std::set<std::filesystem::path> seen;
+    for (const auto& root : {roots_.memory, roots_.cpu, roots_.cpuacct, roots_.pids}) {
+      if (seen.insert(root).second) hierarchies_.push_back(root);
+    }
+    exec_hierarchies_.push_back(roots_.memory);
+    if (roots_.cpuacct != roots_.memory) exec_hierarchies_.push_back(roots_.cpuacct);
+  }
+
+  std::string_view version() const override { return "v1"; }
+
+  Result<void> create_sandbox(std::string_view sandbox, const CgroupLimits& limits) override {
+    for (const auto& root : hierarchies_) {
+      RETURN_IF_ERROR(make_cgroup(root / parent_));
+      RETURN_IF_ERROR(make_cgroup(root / parent_ / sandbox));
+      RETURN_IF_ERROR(make_cgroup(root / parent_ / sandbox / "init"));
+    }
+    auto memory = roots_.memory / parent_ / sandbox;
+    RETURN_IF_ERROR(
+        write_control_file(memory / "memory.limit_in_bytes", std::to_string(limits.memory_bytes)));
+    // memory+swap equal to memory means no swap; the file exists only with swap accounting.
+    if (std::filesystem::exists(memory / "memory.memsw.limit_in_bytes")) {
+      RETURN_IF_ERROR(write_control_file(memory / "memory.memsw.limit_in_bytes",
+                                         std::to_string(limits.memory_bytes)));
+    }
+    if (std::filesystem::exists(memory / "memory.swappiness")) {
+      RETURN_IF_ERROR(write_control_file(memory / "memory.swappiness", "0"));
+    }
+    auto cpu = roots_.cpu / parent_ / sandbox;
+    RETURN_IF_ERROR(write_control_file(cpu / "cpu.cfs_period_us", std::to_string(kCpuPeriodUs)));
+    auto quota = static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
+    RETURN_IF_ERROR(write_control_file(cpu / "cpu.cfs_quota_us", std::to_string(quota)));
+    return write_control_file(roots_.pids / parent_ / sandbox / "pids.max",
+                              std::to_string(limits.pids));
+  }
+
+  Result<void> enter_sandbox(std::string_view sandbox, pid_t pid) override {
+    for (const auto& root : hierarchies_) {
+      RETURN_IF_ERROR(
+          write_control_file(root / parent_ / sandbox / "cgroup.procs", std::to_string(pid)));
+    }
+    return {};
+  }
+
+  Result<void> enter_init(std::string_view sandbox, pid_t pid) override {
+    for (const auto& root : hierarchies_) {
+      RETURN_IF_ERROR(write_control_file(root / parent_ / sandbox / "init" / "cgroup.procs",
+                                         std::to_string(pid)));
+    }
+    return {};
+  }
+
+  Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox,
+                                            std::string_view exec) override {
+    std::vector<UniqueFd> fds;
+    for (const auto& root : exec_hierarchies_) {
+      auto dir = root / parent_ / sandbox / exec;
+      RETURN_IF_ERROR(make_cgroup(dir));
+      UniqueFd procs(::open((dir / "cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+      if (!procs) return errno_error("open '{}'", (dir / "cgroup.procs").string());
+      fds.push_back(std::move(procs));
+    }
+    return fds;
+  }
+
+  Result<ExecCounters> exec_counters(std::string_view sandbox, std::string_view exec) override {
+    auto memory = roots_.memory / parent_ / sandbox / exec;
+    ExecCounters counters;
+    ASSIGN_OR_RETURN(counters.peak_memory_bytes,
+                     cgroup_files::read_number(memory / "memory.max_usage_in_bytes"));
+    ASSIGN_OR_RETURN(counters.oom_kills,
+                     cgroup_files::read_keyed(memory / "memory.oom_control", "oom_kill"));
+    ASSIGN_OR_RETURN(
+        counters.cpu_usage_ns,
+        cgroup_files::read_number(roots_.cpuacct / parent_ / sandbox / exec / "cpuacct.usage"));
+    return counters;
+  }
+
+  Result<void> kill_exec(std::string_view sandbox, std::string_view exec) override {
+    // Every process of the exec is in its memory cgroup: it joined before exec and its
+    // children cannot leave.
+    return cgroup_files::kill_all(roots_.memory / parent_ / sandbox / exec / "cgroup.procs");
+  }
+
+  Result<void> remove_exec(std::string_view sandbox, std::string_view exec) override {
+    RETURN_IF_ERROR(kill_exec(sandbox, exec));
+    for (const auto& root : exec_hierarchies_) {
+      RETURN_IF_ERROR(cgroup_files::remove_tree(root / parent_ / sandbox / exec));
+    }
+    return {};
+  }
+
+  Result<void> remove_sandbox(std::string_view sandbox) override {
+    for (const auto& root : hierarchies_) {
+      RETURN_IF_ERROR(kill_subtree(root / parent_ / sandbox));
+    }
+    for (const auto& root : hierarchies_) {
+      RETURN_IF_ERROR(cgroup_files::remove_tree(root / parent_ / sandbox));
+    }
+    return {};
+  }
+
+  bool sandbox_exists(std::string_view sandbox) const override {
+    for (const auto& root : hierarchies_) {
+      if (std::filesystem::exists(root / parent_ / sandbox)) return true;
+    }
+    return false;
+  }
+
+ private:
+  static Result<void> make_cgroup(const std::filesystem::path& dir) {
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return errno_error("mkdir '{}'", dir.string());
+    }
+    return {};
+  }
+
+  static Result<void> kill_subtree(const std::filesystem::path& dir) {
+    std::error_code error;
+    if (!std::filesystem::exists(dir, error)) return {};
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      if (entry.is_directory(error)) RETURN_IF_ERROR(kill_subtree(entry.path()));
+    }
+    return cgroup_files::kill_all(dir / "cgroup.procs");
+  }
+
+  CgroupV1Paths roots_;
+  std::filesystem::path parent_;
+  std::vector<std::filesystem::path> hierarchies_;       // each distinct hierarchy once
+  std::vector<std::filesystem::path> exec_hierarchies_;  // where exec cgroups are made
+};
+
+}  // namespace
+
+std::unique_ptr<CgroupDriver> make_cgroup_v1(CgroupV1Paths roots, std::string parent) {
+  return std::make_unique<CgroupV1>(std::move(roots), std::move(parent));
+}
+
+}  // namespace quarry::sandbox::local

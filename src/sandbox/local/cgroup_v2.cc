@@ -1,0 +1,139 @@
+// cgroup v2 (unified hierarchy): limits and per-exec metering with memory.max, cpu.max,
+// pids.max, memory.peak, memory.events and cpu.stat.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+
+#include "common/file_util.h"
+#include "sandbox/local/cgroup.h"
+
+namespace quarry::sandbox::local {
+namespace {
+
+constexpr std::string_view kControllers = "+memory +cpu +pids";
+constexpr uint64_t kCpuPeriodUs = 100'000;
+
+class CgroupV2 final : public CgroupDriver {
+ public:
+  CgroupV2(std::filesystem::path root, std::string parent)
+      : root_(std::move(root)), parent_(root_ / parent) {}
+
+  std::string_view version() const override { return "v2"; }
+
+  Result<void> create_sandbox(std::string_view sandbox, const CgroupLimits& limits) override {
+    RETURN_IF_ERROR(ensure_parent());
+    auto dir = sandbox_dir(sandbox);
+    RETURN_IF_ERROR(make_cgroup(dir));
+    RETURN_IF_ERROR(write_control_file(dir / "memory.max", std::to_string(limits.memory_bytes)));
+    // No swap: without this a memory-hungry exec would crawl in swap instead of being told.
+    if (std::filesystem::exists(dir / "memory.swap.max")) {
+      RETURN_IF_ERROR(write_control_file(dir / "memory.swap.max", "0"));
+    }
+    auto quota = static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
+    RETURN_IF_ERROR(write_control_file(dir / "cpu.max", fmt::format("{} {}", quota, kCpuPeriodUs)));
+    RETURN_IF_ERROR(write_control_file(dir / "pids.max", std::to_string(limits.pids)));
+    return make_cgroup(dir / "init");
+  }
+
+  Result<void> enter_sandbox(std::string_view sandbox, pid_t pid) override {
+    return write_control_file(sandbox_dir(sandbox) / "cgroup.procs", std::to_string(pid));
+  }
+
+  Result<void> enter_init(std::string_view sandbox, pid_t pid) override {
+    auto dir = sandbox_dir(sandbox);
+    RETURN_IF_ERROR(write_control_file(dir / "init" / "cgroup.procs", std::to_string(pid)));
+    // Only now that <sandbox> holds no process may it delegate controllers to its children
+    // (the "no internal processes" rule); exec cgroups need memory and cpu accounting.
+    return write_control_file(dir / "cgroup.subtree_control", kControllers);
+  }
+
+  Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox,
+                                            std::string_view exec) override {
+    auto dir = sandbox_dir(sandbox) / exec;
+    RETURN_IF_ERROR(make_cgroup(dir));
+    UniqueFd procs(::open((dir / "cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!procs) return errno_error("open '{}'", (dir / "cgroup.procs").string());
+    std::vector<UniqueFd> fds;
+    fds.push_back(std::move(procs));
+    return fds;
+  }
+
+  Result<ExecCounters> exec_counters(std::string_view sandbox, std::string_view exec) override {
+    auto dir = sandbox_dir(sandbox) / exec;
+    ExecCounters counters;
+    ASSIGN_OR_RETURN(counters.peak_memory_bytes, cgroup_files::read_number(dir / "memory.peak"));
+    ASSIGN_OR_RETURN(counters.oom_kills,
+                     cgroup_files::read_keyed(dir / "memory.events", "oom_kill"));
+    ASSIGN_OR_RETURN(auto usage_us, cgroup_files::read_keyed(dir / "cpu.stat", "usage_usec"));
+    counters.cpu_usage_ns = usage_us * 1000;
+    return counters;
+  }
+
+  Result<void> kill_exec(std::string_view sandbox, std::string_view exec) override {
+    return kill_tree(sandbox_dir(sandbox) / exec);
+  }
+
+  Result<void> remove_exec(std::string_view sandbox, std::string_view exec) override {
+    auto dir = sandbox_dir(sandbox) / exec;
+    RETURN_IF_ERROR(kill_tree(dir));
+    return cgroup_files::remove_tree(dir);
+  }
+
+  Result<void> remove_sandbox(std::string_view sandbox) override {
+    auto dir = sandbox_dir(sandbox);
+    if (!std::filesystem::exists(dir)) return {};
+    RETURN_IF_ERROR(kill_tree(dir));
+    return cgroup_files::remove_tree(dir);
+  }
+
+  bool sandbox_exists(std::string_view sandbox) const override {
+    return std::filesystem::exists(sandbox_dir(sandbox));
+  }
+
+ private:
+  std::filesystem::path sandbox_dir(std::string_view sandbox) const { return parent_ / sandbox; }
+
+  static Result<void> make_cgroup(const std::filesystem::path& dir) {
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return errno_error("mkdir '{}'", dir.string());
+    }
+    return {};
+  }
+
+  Result<void> ensure_parent() {
+    if (parent_ready_) return {};
+    RETURN_IF_ERROR(with_context(write_control_file(root_ / "cgroup.subtree_control", kControllers),
+                                 "enabling memory, cpu and pids for child cgroups"));
+    RETURN_IF_ERROR(make_cgroup(parent_));
+    RETURN_IF_ERROR(write_control_file(parent_ / "cgroup.subtree_control", kControllers));
+    parent_ready_ = true;
+    return {};
+  }
+
+  // cgroup.kill (Linux 5.14) kills the whole subtree atomically; before it, kill by pid.
+  static Result<void> kill_tree(const std::filesystem::path& dir) {
+    if (!std::filesystem::exists(dir)) return {};
+    if (std::filesystem::exists(dir / "cgroup.kill")) {
+      return write_control_file(dir / "cgroup.kill", "1");
+    }
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      if (entry.is_directory()) RETURN_IF_ERROR(kill_tree(entry.path()));
+    }
+    return cgroup_files::kill_all(dir / "cgroup.procs");
+  }
+
+  std::filesystem::path root_;
+  std::filesystem::path parent_;
+  bool parent_ready_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<CgroupDriver> make_cgroup_v2(std::filesystem::path root, std::string parent) {
+  return std::make_unique<CgroupV2>(std::move(root), std::move(parent));
+}
+
+}  // namespace quarry::sandbox::local

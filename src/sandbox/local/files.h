@@ -1,0 +1,49 @@
+// File access from the host into a running sandbox's filesystem. Every path is resolved by
+// the kernel inside the sandbox's root (openat2 with RESOLVE_IN_ROOT / RESOLVE_BENEATH), no
+// symlink is followed and no mount is crossed, so nothing the sandbox creates (a symlink to
+// /etc/shadow, a '..', a FIFO) can make the host touch its own files or hang.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+#include "sandbox/provider.h"
+
+namespace quarry::sandbox::local {
+
+// Makes `path` absolute (relative paths are taken from `home`) and normal; refuses '..', empty
+// or overlong paths and NUL bytes, with a message that says what was wrong.
+Result<std::string> normalize_sandbox_path(std::string_view path, std::string_view home);
+
+class SandboxFiles {
+ public:
+  // Opens the root of the sandbox whose init is `init_pid` (and still alive behind `pidfd`).
+  static Result<SandboxFiles> open(pid_t init_pid, int pidfd);
+  // Treats `root` as the sandbox's root (for tests, and for stopped sandboxes' layers).
+  static Result<SandboxFiles> open_directory(const std::filesystem::path& root);
+
+  // Creates missing parent directories; new files and directories belong to owner:group.
+  Result<void> write(const std::string& path, std::istream& content, uid_t owner,
+                     gid_t group) const;
+  // mkdir -p; new directories belong to owner:group.
+  Result<void> make_directories(const std::string& path, uid_t owner, gid_t group) const;
+  Result<uint64_t> read(const std::string& path, std::ostream& out, uint64_t max_bytes) const;
+  // Regular files and directories below `directory`, depth first; symlinks and special files
+  // are left out.
+  Result<std::vector<FileInfo>> list(const std::string& directory, size_t max_entries) const;
+
+ private:
+  explicit SandboxFiles(UniqueFd root) : root_(std::move(root)) {}
+  // Opens `directory` (absolute), creating what is missing.
+  Result<UniqueFd> walk_to(const std::string& directory, uid_t owner, gid_t group) const;
+  UniqueFd root_;
+};
+
+}  // namespace quarry::sandbox::local

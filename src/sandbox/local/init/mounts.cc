@@ -1,0 +1,120 @@
+// The sandbox's filesystem: an overlay of the image and the writable layer, a fresh /proc, a
+// minimal /dev, and then pivot_root so the host's filesystem is gone.
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "sandbox/local/init/steps.h"
+
+namespace quarry::sandbox::local::init {
+namespace {
+
+Result<void> mount_fs(const char* source, const std::string& target, const char* type,
+                      unsigned long flags, const std::string& options) {
+  if (::mount(source, target.c_str(), type, flags, options.empty() ? nullptr : options.c_str()) !=
+      0) {
+    return errno_error("mount('{}', '{}', '{}', {:#x}, '{}')", source ? source : "", target,
+                       type ? type : "", flags, options);
+  }
+  return {};
+}
+
+Result<void> make_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return errno_error("mkdir('{}', {:o})", path, mode);
+  }
+  return {};
+}
+
+struct Device {
+  const char* name;
+  unsigned major;
+  unsigned minor;
+};
+
+// What programs expect to open; no disks, no terminals, no kernel interfaces.
+constexpr Device kDevices[] = {
+    {"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9},
+};
+
+Result<void> make_dev(const std::string& dev) {
+  RETURN_IF_ERROR(
+      mount_fs("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"));
+  for (const Device& device : kDevices) {
+    std::string path = dev + "/" + device.name;
+    if (::mknod(path.c_str(), S_IFCHR | 0666, makedev(device.major, device.minor)) != 0) {
+      return errno_error("mknod('{}')", path);
+    }
+    // mknod applies the umask; the nodes must be usable by the sandbox user.
+    if (::chmod(path.c_str(), 0666) != 0) return errno_error("chmod('{}')", path);
+  }
+  const std::pair<const char*, const char*> links[] = {
+      {"/proc/self/fd", "fd"},
+      {"/proc/self/fd/0", "stdin"},
+      {"/proc/self/fd/1", "stdout"},
+      {"/proc/self/fd/2", "stderr"},
+  };
+  for (const auto& [target, name] : links) {
+    std::string path = dev + "/" + name;
+    if (::symlink(target, path.c_str()) != 0) return errno_error("symlink('{}')", path);
+  }
+  // Python's multiprocessing and some libraries need POSIX shared memory. Its pages are
+  // charged to the sandbox's memory limit like any other memory.
+  RETURN_IF_ERROR(make_dir(dev + "/shm", 01777));
+  return mount_fs("tmpfs", dev + "/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "mode=1777,size=256m");
+}
+
+}  // namespace
+
+Result<void> mount_root_filesystem(const protocol::Setup& setup) {
+  // Nothing mounted below may propagate back to the host's mount namespace.
+  RETURN_IF_ERROR(mount_fs(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, ""));
+  // volatile: the writable layer is thrown away with the sandbox, so skip syncing it.
+  RETURN_IF_ERROR(mount_fs("overlay", setup.root_dir, "overlay", MS_NOSUID | MS_NODEV,
+                           fmt::format("lowerdir={},upperdir={},workdir={},volatile",
+                                       setup.lower_dir, setup.upper_dir, setup.work_dir)));
+  const std::string& root = setup.root_dir;
+  RETURN_IF_ERROR(make_dir(root + "/proc", 0555));
+  RETURN_IF_ERROR(mount_fs("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, ""));
+  RETURN_IF_ERROR(make_dir(root + "/dev", 0755));
+  RETURN_IF_ERROR(make_dev(root + "/dev"));
+  RETURN_IF_ERROR(make_dir(root + "/tmp", 01777));
+  if (::chmod((root + "/tmp").c_str(), 01777) != 0) return errno_error("chmod('{}/tmp')", root);
+  return {};
+}
+
+Result<void> make_user_directories(const protocol::Setup& setup) {
+  const uid_t owner = setup.host_id_base + setup.user_id;
+  const gid_t group = setup.host_id_base + setup.group_id;
+  std::vector<std::string> directories = {setup.home};
+  directories.insert(directories.end(), setup.directories.begin(), setup.directories.end());
+  for (const std::string& directory : directories) {
+    // Parents that do not exist yet belong to root; the directory itself to the user.
+    std::filesystem::path path = setup.root_dir + directory;
+    std::string current;
+    for (const auto& part : std::filesystem::path(directory).relative_path()) {
+      current += "/" + part.string();
+      RETURN_IF_ERROR(make_dir(setup.root_dir + current, 0755));
+    }
+    if (::chown(path.c_str(), owner, group) != 0) return errno_error("chown('{}')", path.string());
+  }
+  return {};
+}
+
+Result<void> pivot_into_root(const std::string& root_dir) {
+  if (::chdir(root_dir.c_str()) != 0) return errno_error("chdir('{}')", root_dir);
+  // pivot_root(".", ".") stacks the old root on top of the new one; detaching it leaves only
+  // the sandbox's filesystem, with no directory through which the host's could be reached.
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) return errno_error("pivot_root('{}')", root_dir);
+  if (::umount2(".", MNT_DETACH) != 0) return errno_error("umount2(old root)");
+  if (::chdir("/") != 0) return errno_error("chdir('/')");
+  return {};
+}
+
+}  // namespace quarry::sandbox::local::init

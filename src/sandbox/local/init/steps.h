@@ -1,0 +1,45 @@
+// The steps quarry-init takes to turn itself into a sandbox, one file per kernel mechanism.
+// main.cc runs them in order; each says exactly which call failed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+#include "sandbox/local/protocol.h"
+
+namespace quarry::sandbox::local::init {
+
+// cgroup.cc: a cgroup namespace rooted at the sandbox's cgroup, where the host has put us.
+Result<void> enter_cgroup_namespace();
+
+// mounts.cc: overlay root (image below, writable layer above), /proc, a minimal /dev.
+Result<void> mount_root_filesystem(const protocol::Setup& setup);
+// mounts.cc: the sandbox user's home and the configured directories, owned by that user.
+Result<void> make_user_directories(const protocol::Setup& setup);
+// mounts.cc: makes the new root '/' and detaches the host's filesystem.
+Result<void> pivot_into_root(const std::string& root_dir);
+
+// net.cc: the network namespace starts with loopback down; bring it up, and nothing else.
+Result<void> bring_up_loopback();
+// uts.cc
+Result<void> set_hostname(const std::string& hostname);
+
+// user.cc: a user namespace, created last so that every mount and namespace above stays owned
+// by the host and cannot be changed from inside. The host writes the id maps while we wait.
+Result<void> enter_user_namespace(int setup_channel);
+
+// caps.cc: keeps only what init needs to start commands as the sandbox user (setuid, setgid,
+// kill), drops the rest and the bounding set, sets no_new_privs and makes init undumpable.
+Result<void> drop_privileges();
+
+// seccomp.cc: loads the host-built filter; every command inherits it.
+Result<void> load_seccomp_filter(const std::vector<uint8_t>& program);
+
+// server.cc: listens on the host-visible control socket (call before pivot_into_root).
+Result<UniqueFd> listen_for_host(const std::string& socket_path);
+// server.cc: serves exec requests until killed. Never returns.
+[[noreturn]] void serve(UniqueFd listener, const protocol::Setup& setup);
+
+}  // namespace quarry::sandbox::local::init

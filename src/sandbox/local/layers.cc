@@ -1,0 +1,196 @@
+#include "sandbox/local/layers.h"
+
+#include <fcntl.h>
+#include <linux/btrfs.h>
+#include <linux/btrfs_tree.h>
+#include <linux/loop.h>
+#include <linux/magic.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "common/command.h"
+#include "common/file_util.h"
+#include "common/unique_fd.h"
+
+namespace quarry::sandbox::local {
+namespace {
+
+bool is_btrfs(const std::filesystem::path& path) {
+  struct statfs info {};
+  return ::statfs(path.c_str(), &info) == 0 && info.f_type == BTRFS_SUPER_MAGIC;
+}
+
+bool is_mount_point(const std::filesystem::path& path) {
+  struct stat self {
+  }, parent{};
+  if (::stat(path.c_str(), &self) != 0) return false;
+  if (::stat(path.parent_path().c_str(), &parent) != 0) return false;
+  return self.st_dev != parent.st_dev;
+}
+
+Result<void> make_backing_file(const std::filesystem::path& file, uint64_t bytes) {
+  auto temp = file;
+  temp += ".new";
+  {
+    UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd) return errno_error("create '{}'", temp.string());
+    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+      return errno_error("ftruncate '{}' to {} bytes", temp.string(), bytes);
+    }
+  }
+  auto made = run_command({"mkfs.btrfs", "-q", temp.string()});
+  if (!made) {
+    ::unlink(temp.c_str());
+    return std::unexpected(made.error().with_context(
+        "making the btrfs filesystem for sandbox layers (install btrfs-progs: scripts/setup)"));
+  }
+  if (::rename(temp.c_str(), file.c_str()) != 0) return errno_error("rename '{}'", temp.string());
+  return {};
+}
+
+// Attaches `file` to a free loop device and mounts it; the device detaches itself on unmount.
+Result<void> loop_mount(const std::filesystem::path& file, const std::filesystem::path& target) {
+  UniqueFd backing(::open(file.c_str(), O_RDWR | O_CLOEXEC));
+  if (!backing) return errno_error("open '{}'", file.string());
+  UniqueFd control(::open("/dev/loop-control", O_RDWR | O_CLOEXEC));
+  if (!control) {
+    return std::unexpected(
+        errno_error("open('/dev/loop-control')")
+            .error()
+            .with_context("sandbox layers need a loop device (or a state directory on btrfs)"));
+  }
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    int number = ::ioctl(control.get(), LOOP_CTL_GET_FREE);
+    if (number < 0) return errno_error("ioctl(LOOP_CTL_GET_FREE)");
+    std::string device = fmt::format("/dev/loop{}", number);
+    UniqueFd loop(::open(device.c_str(), O_RDWR | O_CLOEXEC));
+    if (!loop) return errno_error("open '{}'", device);
+    loop_config config{};
+    config.fd = static_cast<uint32_t>(backing.get());
+    config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+    std::strncpy(reinterpret_cast<char*>(config.info.lo_file_name), file.c_str(), LO_NAME_SIZE - 1);
+    if (::ioctl(loop.get(), LOOP_CONFIGURE, &config) != 0) {
+      if (errno == EBUSY) continue;  // another process took this device first
+      return errno_error("ioctl(LOOP_CONFIGURE) on {}", device);
+    }
+    if (::mount(device.c_str(), target.c_str(), "btrfs", MS_NOSUID | MS_NODEV | MS_NOATIME,
+                "discard=async") != 0) {
+      return errno_error("mount('{}' on '{}', btrfs)", device, target.string());
+    }
+    return {};
+  }
+  return make_error(ErrorCode::kUnavailable, "no free loop device for '{}'", file.string());
+}
+
+Result<void> enable_quota(const std::filesystem::path& mount_point) {
+  UniqueFd dir(::open(mount_point.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return errno_error("open '{}'", mount_point.string());
+  btrfs_ioctl_quota_ctl_args args{};
+  args.cmd = BTRFS_QUOTA_CTL_ENABLE;
+  if (::ioctl(dir.get(), BTRFS_IOC_QUOTA_CTL, &args) != 0 && errno != EEXIST) {
+    return errno_error("enabling btrfs quotas on '{}'", mount_point.string());
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<LayerStore> LayerStore::open(const std::filesystem::path& state_dir, uint64_t volume_bytes) {
+  if (is_btrfs(state_dir)) {
+    auto layers = state_dir / "layers";
+    RETURN_IF_ERROR(make_directories(layers, 0700));
+    RETURN_IF_ERROR(enable_quota(layers));
+    return LayerStore(layers);
+  }
+  auto mount_point = state_dir / "layers";
+  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return LayerStore(mount_point);
+
+  // First use (or after a reboot): one process at a time sets the volume up.
+  RETURN_IF_ERROR(make_directories(state_dir, 0755));
+  auto lock_path = state_dir / "layers.lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock) return errno_error("open '{}'", lock_path.string());
+  if (::flock(lock.get(), LOCK_EX) != 0) return errno_error("flock '{}'", lock_path.string());
+  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return LayerStore(mount_point);
+
+  RETURN_IF_ERROR(make_directories(mount_point, 0700));
+  auto backing = state_dir / "layers.btrfs";
+  if (!std::filesystem::exists(backing)) RETURN_IF_ERROR(make_backing_file(backing, volume_bytes));
+  RETURN_IF_ERROR(loop_mount(backing, mount_point));
+  RETURN_IF_ERROR(enable_quota(mount_point));
+  return LayerStore(mount_point);
+}
+
+Result<Layer> LayerStore::create(std::string_view id, uint64_t limit_bytes,
+                                 uint32_t root_uid) const {
+  UniqueFd volume(::open(mount_point_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!volume) return errno_error("open '{}'", mount_point_.string());
+  btrfs_ioctl_vol_args create{};
+  std::strncpy(create.name, std::string(id).c_str(), BTRFS_PATH_NAME_MAX);
+  if (::ioctl(volume.get(), BTRFS_IOC_SUBVOL_CREATE, &create) != 0) {
+    return errno_error("creating btrfs subvolume '{}' in '{}'", id, mount_point_.string());
+  }
+  auto dir = mount_point_ / id;
+  UniqueFd subvolume(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!subvolume) return errno_error("open '{}'", dir.string());
+
+  btrfs_ioctl_ino_lookup_args lookup{};
+  lookup.objectid = BTRFS_FIRST_FREE_OBJECTID;
+  if (::ioctl(subvolume.get(), BTRFS_IOC_INO_LOOKUP, &lookup) != 0) {
+    return errno_error("looking up the id of subvolume '{}'", dir.string());
+  }
+  // qgroupid 0 means "the subvolume this file is in".
+  btrfs_ioctl_qgroup_limit_args limit{};
+  limit.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
+  limit.lim.max_rfer = limit_bytes;
+  if (::ioctl(subvolume.get(), BTRFS_IOC_QGROUP_LIMIT, &limit) != 0) {
+    return errno_error("limiting subvolume '{}' to {} bytes", dir.string(), limit_bytes);
+  }
+
+  Layer layer{dir / "upper", dir / "work", lookup.treeid};
+  // upper/ is the root directory of the sandbox's filesystem: it must look like the image's
+  // root (owned by the sandbox's root, 0755).
+  for (const auto& path : {layer.upper, layer.work}) {
+    if (::mkdir(path.c_str(), 0755) != 0) return errno_error("mkdir '{}'", path.string());
+  }
+  if (::chown(layer.upper.c_str(), root_uid, root_uid) != 0) {
+    return errno_error("chown '{}'", layer.upper.string());
+  }
+  return layer;
+}
+
+Result<void> LayerStore::remove(std::string_view id, uint64_t qgroup) const {
+  auto dir = mount_point_ / id;
+  if (!std::filesystem::exists(dir)) return {};
+  UniqueFd volume(::open(mount_point_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!volume) return errno_error("open '{}'", mount_point_.string());
+  btrfs_ioctl_vol_args destroy{};
+  std::strncpy(destroy.name, std::string(id).c_str(), BTRFS_PATH_NAME_MAX);
+  // EBUSY while the sandbox's mount namespace is still being torn down; it takes moments.
+  for (int attempt = 0;; ++attempt) {
+    if (::ioctl(volume.get(), BTRFS_IOC_SNAP_DESTROY, &destroy) == 0) break;
+    if (errno == ENOENT) return {};
+    if (errno != EBUSY || attempt >= 200) {
+      return errno_error("deleting btrfs subvolume '{}'", dir.string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (qgroup != 0) {
+    // The qgroup outlives its subvolume until removed; failing here only leaves a stale
+    // accounting record, so it is not an error.
+    btrfs_ioctl_qgroup_create_args remove{};
+    remove.create = 0;
+    remove.qgroupid = qgroup;
+    ::ioctl(volume.get(), BTRFS_IOC_QGROUP_CREATE, &remove);
+  }
+  return {};
+}
+
+}  // namespace quarry::sandbox::local

@@ -1,0 +1,541 @@
+#include "sandbox/local/local_provider.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "common/file_util.h"
+#include "sandbox/local/files.h"
+#include "sandbox/local/protocol.h"
+#include "sandbox/local/seccomp_filter.h"
+#include "sandbox/local/spawn.h"
+#include "sandbox/metering.h"
+
+namespace quarry::sandbox::local {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kSetupTimeout = std::chrono::seconds(10);
+constexpr uint64_t kMaxListedFiles = 10000;
+
+double milliseconds_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Waits for one message from init, giving up after `timeout`.
+Result<protocol::Message> receive_within(int socket, std::chrono::milliseconds timeout) {
+  pollfd poll_fd{socket, POLLIN, 0};
+  int ready = ::poll(&poll_fd, 1, static_cast<int>(timeout.count()));
+  if (ready < 0) return errno_error("poll");
+  if (ready == 0) {
+    return make_error(ErrorCode::kDeadlineExceeded, "quarry-init did not answer within {} ms",
+                      timeout.count());
+  }
+  return protocol::receive(socket);
+}
+
+Result<void> expect(const protocol::Message& message, std::string_view type) {
+  const std::string got = message.body.value("type", "");
+  if (got == type) return {};
+  if (got == "error") {
+    return make_error(ErrorCode::kInternal, "{}", message.body.value("message", "unknown error"));
+  }
+  return make_error(ErrorCode::kInternal, "expected '{}' from quarry-init, got '{}'", type, got);
+}
+
+Result<UniqueFd> connect_to(const std::filesystem::path& socket_path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const std::string path = socket_path.string();
+  if (path.size() >= sizeof address.sun_path) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the state directory path is too long for a unix socket ('{}'); use a "
+                      "shorter --state-dir",
+                      path);
+  }
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock) return errno_error("socket(AF_UNIX)");
+  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    return make_error(ErrorCode::kUnavailable, "the sandbox does not answer ({})",
+                      strerrordesc_np(errno));
+  }
+  return sock;
+}
+
+SandboxInfo info_of(const SandboxRecord& record, bool alive) {
+  return SandboxInfo{record.id, record.labels, record.resources,
+                     alive ? SandboxState::kRunning : SandboxState::kStopped, record.created_at};
+}
+
+std::filesystem::path default_init_binary() {
+  std::error_code error;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "quarry-init";
+  for (const auto& candidate :
+       {self.parent_path() / "quarry-init", self.parent_path() / "../libexec/quarry/quarry-init"}) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return self.parent_path() / "quarry-init";
+}
+
+// Output of one stream of a running command: kept up to a limit, all of it passed on.
+struct Capture {
+  int fd;
+  OutputStream stream;
+  std::string* text;
+  bool open = true;
+};
+
+}  // namespace
+
+Result<void> validate_labels(const Labels& labels) {
+  for (const auto& [key, value] : labels) {
+    if (key.empty() || key.size() > 63) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "label key '{}' must be 1 to 63 characters long", key);
+    }
+    for (char c : key) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+            c == '/')) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "label key '{}' may only have letters, digits, '-', '_', '.' and '/'",
+                          key);
+      }
+    }
+    if (value.size() > 255) {
+      return make_error(ErrorCode::kInvalidArgument, "the value of label '{}' is over 255 bytes",
+                        key);
+    }
+    for (char c : value) {
+      if (static_cast<unsigned char>(c) < 0x20) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "the value of label '{}' has a control character", key);
+      }
+    }
+  }
+  return {};
+}
+
+LocalProvider::LocalProvider(SandboxConfig config, LocalProviderOptions options,
+                             std::unique_ptr<CgroupDriver> cgroups, std::vector<uint8_t> seccomp)
+    : config_(std::move(config)),
+      options_(std::move(options)),
+      state_(options_.state_dir),
+      images_(options_.cache_dir),
+      cgroups_(std::move(cgroups)),
+      seccomp_(std::move(seccomp)) {}
+
+Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& config,
+                                                           LocalProviderOptions options) {
+  if (::geteuid() != 0) {
+    return make_error(ErrorCode::kPermissionDenied,
+                      "the local sandbox provider needs root (it sets up namespaces, cgroups and "
+                      "mounts); run quarry as root");
+  }
+  if (options.init_binary.empty()) options.init_binary = default_init_binary();
+  if (::access(options.init_binary.c_str(), X_OK) != 0) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "quarry-init was not found at '{}'; build it (scripts/setup) or install it "
+                      "beside quarry",
+                      options.init_binary.string());
+  }
+  ASSIGN_OR_RETURN(auto cgroups, detect_cgroups());
+  ASSIGN_OR_RETURN(auto seccomp, build_seccomp_filter());
+  RETURN_IF_ERROR(make_directories(options.state_dir, 0755));
+  return std::unique_ptr<LocalProvider>(
+      new LocalProvider(config, std::move(options), std::move(cgroups), std::move(seccomp)));
+}
+
+Result<const LayerStore*> LocalProvider::layers() {
+  std::lock_guard lock(layers_mutex_);
+  if (!layers_) {
+    ASSIGN_OR_RETURN(auto store, LayerStore::open(options_.state_dir, config_.local.volume_bytes));
+    layers_.emplace(std::move(store));
+  }
+  return &*layers_;
+}
+
+Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
+  RETURN_IF_ERROR(validate_resources(spec.resources));
+  RETURN_IF_ERROR(validate_labels(spec.labels));
+  if (spec.network.mode != NetworkMode::kNone) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "network mode 'allowlist' is not supported by the local provider yet; "
+                      "sandboxes have loopback only (network: {{mode: none}})");
+  }
+  ASSIGN_OR_RETURN(auto definition, default_image_definition(config_));
+  ASSIGN_OR_RETURN(auto image, images_.find(definition));
+  ASSIGN_OR_RETURN(const LayerStore* layers, layers());
+  ASSIGN_OR_RETURN(std::string id, state_.allocate());
+
+  SandboxRecord record;
+  record.id = id;
+  record.labels = spec.labels;
+  record.resources = spec.resources;
+  record.image = image.hash;
+  record.created_at = std::chrono::system_clock::now();
+
+  // Undo everything on failure; destroy() knows how to take apart a partial sandbox.
+  bool created = false;
+  struct Rollback {
+    LocalProvider* provider;
+    const std::string& id;
+    const bool& created;
+    ~Rollback() {
+      if (!created) (void)provider->destroy(id);
+    }
+  } rollback{this, id, created};
+
+  ASSIGN_OR_RETURN(Layer layer, layers->create(id, spec.resources.disk_bytes, kSandboxIdBase));
+  record.layer_qgroup = layer.qgroup;
+  RETURN_IF_ERROR(state_.save(record));  // from here destroy() can find the qgroup
+  RETURN_IF_ERROR(cgroups_->create_sandbox(
+      id, CgroupLimits{spec.resources.memory_bytes, spec.resources.cpus, spec.resources.pids}));
+
+  auto sandbox_dir = state_.sandbox_dir(id);
+  auto root_dir = sandbox_dir / "root";
+  if (::mkdir(root_dir.c_str(), 0755) != 0) return errno_error("mkdir '{}'", root_dir.string());
+  UniqueFd log(
+      ::open((sandbox_dir / "init.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!log) return errno_error("open '{}'", (sandbox_dir / "init.log").string());
+
+  ASSIGN_OR_RETURN(InitProcess init, spawn_init(options_.init_binary, log.get()));
+  record.init_pid = init.pid;
+  ASSIGN_OR_RETURN(record.init_start_time, process_start_time(init.pid));
+  RETURN_IF_ERROR(state_.save(record));  // from here destroy() can find init
+  RETURN_IF_ERROR(cgroups_->enter_sandbox(id, init.pid));
+
+  protocol::Setup setup;
+  setup.root_dir = root_dir.string();
+  setup.lower_dir = image.rootfs.string();
+  setup.upper_dir = layer.upper.string();
+  setup.work_dir = layer.work.string();
+  setup.control_socket = state_.control_socket(id).string();
+  setup.hostname = "sandbox-" + id;
+  setup.user_id = kSandboxUser;
+  setup.group_id = kSandboxUser;
+  setup.host_id_base = kSandboxIdBase;
+  setup.home = fmt::format("/home/{}", kSandboxUserName);
+  setup.directories = {config_.data_dir, config_.output_dir};
+  setup.seccomp_filter = seccomp_;
+  setup.max_processes = spec.resources.pids;
+  for (const auto& path : {setup.lower_dir, setup.upper_dir, setup.work_dir}) {
+    if (path.find_first_of(",:") != std::string::npos) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "overlayfs cannot use '{}': paths with ',' or ':' are not allowed; move "
+                        "the state or cache directory",
+                        path);
+    }
+  }
+  const std::string starting =
+      fmt::format("starting sandbox {} (see {})", id, (sandbox_dir / "init.log").string());
+  RETURN_IF_ERROR(protocol::send(init.channel.get(), protocol::to_json(setup)));
+  ASSIGN_OR_RETURN(auto userns,
+                   with_context(receive_within(init.channel.get(), kSetupTimeout), starting));
+  RETURN_IF_ERROR(with_context(expect(userns, "userns"), starting));
+  // Inside ids 0..65535 are the host's kSandboxIdBase.. range; nothing maps to a real user.
+  const std::string map = fmt::format("0 {} {}\n", kSandboxIdBase, kSandboxIdCount);
+  RETURN_IF_ERROR(write_control_file(fmt::format("/proc/{}/uid_map", init.pid), map));
+  RETURN_IF_ERROR(write_control_file(fmt::format("/proc/{}/gid_map", init.pid), map));
+  RETURN_IF_ERROR(cgroups_->enter_init(id, init.pid));
+  RETURN_IF_ERROR(protocol::send(init.channel.get(), {{"type", "maps_written"}}));
+  ASSIGN_OR_RETURN(auto ready,
+                   with_context(receive_within(init.channel.get(), kSetupTimeout), starting));
+  RETURN_IF_ERROR(with_context(expect(ready, "ready"), starting));
+  created = true;
+  return info_of(record, true);
+}
+
+Result<LocalProvider::Running> LocalProvider::running(std::string_view id) const {
+  ASSIGN_OR_RETURN(auto record, state_.load(id));
+  auto pidfd = open_process(record.init_pid, record.init_start_time);
+  if (!pidfd) {
+    return make_error(ErrorCode::kUnavailable,
+                      "sandbox {} is not running (its init has exited); destroy it and create "
+                      "another",
+                      id);
+  }
+  return Running{std::move(record), std::move(*pidfd)};
+}
+
+Result<void> LocalProvider::prepare(std::string_view id, const PrepareSpec& spec) {
+  ASSIGN_OR_RETURN(auto sandbox, running(id));
+  ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
+  const uint32_t owner = kSandboxIdBase + kSandboxUser;
+  for (const auto& directory : spec.directories) {
+    ASSIGN_OR_RETURN(auto path, normalize_sandbox_path(directory, "/"));
+    RETURN_IF_ERROR(files.make_directories(path, owner, owner));
+  }
+  return {};
+}
+
+std::vector<std::string> LocalProvider::environment(const ExecRequest& request) const {
+  const std::string home = fmt::format("/home/{}", kSandboxUserName);
+  std::map<std::string, std::string> env = {
+      {"PATH", fmt::format("{}/bin:/usr/local/bin:/usr/bin:/bin", kVenvDir)},
+      {"HOME", home},
+      {"USER", std::string(kSandboxUserName)},
+      {"LOGNAME", std::string(kSandboxUserName)},
+      {"SHELL", "/bin/bash"},
+      {"LANG", "C.UTF-8"},
+      {"TMPDIR", "/tmp"},
+      {"VIRTUAL_ENV", std::string(kVenvDir)},
+      {"PYTHONUNBUFFERED", "1"},
+      {"MPLBACKEND", "Agg"},
+      {"MPLCONFIGDIR", std::string(kMatplotlibDir)},
+      {"QUARRY_DATA_DIR", config_.data_dir},
+      {"QUARRY_OUTPUT_DIR", config_.output_dir},
+  };
+  for (const auto& [key, value] : request.env)
+    env[key] = value;
+  std::vector<std::string> entries;
+  for (const auto& [key, value] : env)
+    entries.push_back(key + "=" + value);
+  return entries;
+}
+
+Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& request) {
+  const auto call_start = Clock::now();
+  if (request.argv.empty() || request.argv[0].empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "no command given");
+  }
+  for (const auto& [key, value] : request.env) {
+    if (key.empty() || key.find_first_of("=\0", 0, 2) != std::string::npos ||
+        value.find('\0') != std::string::npos) {
+      return make_error(ErrorCode::kInvalidArgument, "bad environment variable name '{}'", key);
+    }
+  }
+  std::string cwd = fmt::format("/home/{}", kSandboxUserName);
+  if (!request.working_directory.empty()) {
+    ASSIGN_OR_RETURN(cwd, normalize_sandbox_path(request.working_directory, cwd));
+  }
+  ASSIGN_OR_RETURN(auto sandbox, running(id));
+
+  // Each exec gets its own cgroup under the sandbox: its peak memory, OOM kills and CPU time
+  // are its own, and killing it on timeout kills everything it started.
+  const std::string exec_name = fmt::format("exec-{}-{}", ::getpid(), exec_counter_++);
+  ASSIGN_OR_RETURN(auto procs, cgroups_->create_exec(id, exec_name));
+  struct RemoveExec {
+    CgroupDriver& cgroups;
+    std::string_view sandbox;
+    const std::string& exec;
+    ~RemoveExec() { (void)cgroups.remove_exec(sandbox, exec); }
+  } remove_exec{*cgroups_, id, exec_name};
+
+  int stdout_pipe[2], stderr_pipe[2];
+  if (::pipe2(stdout_pipe, O_CLOEXEC) != 0) return errno_error("pipe");
+  UniqueFd stdout_read(stdout_pipe[0]), stdout_write(stdout_pipe[1]);
+  if (::pipe2(stderr_pipe, O_CLOEXEC) != 0) return errno_error("pipe");
+  UniqueFd stderr_read(stderr_pipe[0]), stderr_write(stderr_pipe[1]);
+
+  ASSIGN_OR_RETURN(UniqueFd connection, connect_to(state_.control_socket(id)));
+  std::vector<int> fds = {stdout_write.get(), stderr_write.get()};
+  for (const auto& fd : procs)
+    fds.push_back(fd.get());
+  RETURN_IF_ERROR(protocol::send(
+      connection.get(),
+      {{"type", "exec"}, {"argv", request.argv}, {"env", environment(request)}, {"cwd", cwd}},
+      fds));
+  // Only the command holds the write ends now, so EOF means it and its children are done.
+  stdout_write.reset();
+  stderr_write.reset();
+  procs.clear();
+
+  ExecResult result;
+  result.memory_limit_bytes = sandbox.record.resources.memory_bytes;
+  Capture captures[] = {{stdout_read.get(), OutputStream::kStdout, &result.stdout_text},
+                        {stderr_read.get(), OutputStream::kStderr, &result.stderr_text}};
+  std::optional<nlohmann::json> exit_message;
+  bool connection_open = true;
+  const auto deadline = call_start + request.timeout;
+  // After the command exits (or is killed) its leftovers are killed and the pipes drained;
+  // this bounds how long that may take if something is wedged.
+  std::optional<Clock::time_point> drain_deadline;
+  char buffer[64 * 1024];
+
+  while (captures[0].open || captures[1].open || (connection_open && !exit_message)) {
+    auto now = Clock::now();
+    if (!result.timed_out && !exit_message && now >= deadline) {
+      result.timed_out = true;
+      (void)cgroups_->kill_exec(id, exec_name);
+      drain_deadline = now + std::chrono::seconds(10);
+    }
+    if (drain_deadline && now >= *drain_deadline) {
+      return make_error(ErrorCode::kInternal,
+                        "sandbox {}: the command's processes did not go away after SIGKILL", id);
+    }
+    pollfd polls[4];
+    int count = 0;
+    for (auto& capture : captures) {
+      if (capture.open) polls[count++] = {capture.fd, POLLIN, 0};
+    }
+    if (connection_open && !exit_message) polls[count++] = {connection.get(), POLLIN, 0};
+    if (request.cancel_fd >= 0 && !drain_deadline) polls[count++] = {request.cancel_fd, POLLIN, 0};
+    auto until = drain_deadline ? *drain_deadline : deadline;
+    auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
+    int ready =
+        ::poll(polls, static_cast<nfds_t>(count), static_cast<int>(std::max<int64_t>(wait_ms, 0)));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("poll");
+    }
+    for (int i = 0; i < count; ++i) {
+      if (polls[i].revents == 0) continue;
+      if (polls[i].fd == request.cancel_fd) {
+        (void)cgroups_->kill_exec(id, exec_name);
+        return make_error(ErrorCode::kCancelled, "the command was cancelled");
+      }
+      if (polls[i].fd == connection.get()) {
+        auto message = protocol::receive(connection.get());
+        if (!message) {
+          connection_open = false;
+          if (!exit_message) {
+            (void)cgroups_->kill_exec(id, exec_name);
+            return make_error(ErrorCode::kUnavailable,
+                              "sandbox {} stopped while the command was running", id);
+          }
+          continue;
+        }
+        if (message->body.value("type", "") == "error") {
+          return make_error(ErrorCode::kResourceExhausted, "sandbox {}: {}", id,
+                            message->body.value("message", "the command could not start"));
+        }
+        exit_message = std::move(message->body);
+        // The command is gone; whatever it left running in the background goes with it.
+        (void)cgroups_->kill_exec(id, exec_name);
+        drain_deadline = Clock::now() + std::chrono::seconds(10);
+        continue;
+      }
+      for (auto& capture : captures) {
+        if (polls[i].fd != capture.fd) continue;
+        ssize_t n = ::read(capture.fd, buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          capture.open = false;
+          continue;
+        }
+        std::string_view chunk(buffer, static_cast<size_t>(n));
+        if (request.on_output) request.on_output(capture.stream, chunk);
+        size_t room = request.output_limit > capture.text->size()
+                          ? request.output_limit - capture.text->size()
+                          : 0;
+        if (chunk.size() > room) result.truncated = true;
+        capture.text->append(chunk.substr(0, room));
+      }
+    }
+  }
+  if (!exit_message) {
+    return make_error(ErrorCode::kUnavailable, "sandbox {} stopped while the command was running",
+                      id);
+  }
+
+  const int status = exit_message->value("status", 0);
+  if (WIFSIGNALED(status)) {
+    result.signal = WTERMSIG(status);
+    result.exit_code = 128 + WTERMSIG(status);
+  } else {
+    result.exit_code = WEXITSTATUS(status);
+  }
+  result.run_ms = static_cast<double>(exit_message->value("run_ns", int64_t{0})) / 1e6;
+  auto counters = cgroups_->exec_counters(id, exec_name);
+  if (counters) {
+    result.peak_memory_bytes = counters->peak_memory_bytes;
+    result.cpu_ms = static_cast<double>(counters->cpu_usage_ns) / 1e6;
+    result.oom = counters->oom_kills > 0;
+  }
+  describe(result, request.timeout);
+  result.overhead_ms = std::max(0.0, milliseconds_since(call_start) - result.run_ms);
+  return result;
+}
+
+Result<void> LocalProvider::write_file(std::string_view id, std::string_view path,
+                                       std::istream& content) {
+  ASSIGN_OR_RETURN(auto normal,
+                   normalize_sandbox_path(path, fmt::format("/home/{}", kSandboxUserName)));
+  ASSIGN_OR_RETURN(auto sandbox, running(id));
+  ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
+  const uint32_t owner = kSandboxIdBase + kSandboxUser;
+  return files.write(normal, content, owner, owner);
+}
+
+Result<uint64_t> LocalProvider::read_file(std::string_view id, std::string_view path,
+                                          std::ostream& out, uint64_t max_bytes) {
+  ASSIGN_OR_RETURN(auto normal,
+                   normalize_sandbox_path(path, fmt::format("/home/{}", kSandboxUserName)));
+  ASSIGN_OR_RETURN(auto sandbox, running(id));
+  ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
+  return files.read(normal, out, max_bytes);
+}
+
+Result<std::vector<FileInfo>> LocalProvider::list_files(std::string_view id,
+                                                        std::string_view directory) {
+  ASSIGN_OR_RETURN(auto normal,
+                   normalize_sandbox_path(directory, fmt::format("/home/{}", kSandboxUserName)));
+  ASSIGN_OR_RETURN(auto sandbox, running(id));
+  ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
+  return files.list(normal, kMaxListedFiles);
+}
+
+Result<void> LocalProvider::destroy(std::string_view id) {
+  if (!valid_sandbox_id(id) || !std::filesystem::exists(state_.sandbox_dir(id))) {
+    return make_error(ErrorCode::kNotFound, "no sandbox '{}' (see quarry sandbox ls)", id);
+  }
+  // A sandbox that failed half way through create has a partial record (or none): take apart
+  // whatever exists.
+  auto record = state_.load(id);
+  if (record && record->init_pid > 0) {
+    if (auto pidfd = open_process(record->init_pid, record->init_start_time)) {
+      // Killing PID 1 of a pid namespace kills every process in it.
+      if (::syscall(SYS_pidfd_send_signal, pidfd->get(), SIGKILL, nullptr, 0) != 0 &&
+          errno != ESRCH) {
+        return errno_error("killing the init of sandbox {}", id);
+      }
+      pollfd poll_fd{pidfd->get(), POLLIN, 0};
+      if (::poll(&poll_fd, 1, 10'000) == 0) {
+        return make_error(ErrorCode::kInternal, "the init of sandbox {} survived SIGKILL", id);
+      }
+      reap(pidfd->get());
+    }
+  }
+  RETURN_IF_ERROR(cgroups_->remove_sandbox(id));
+  ASSIGN_OR_RETURN(const LayerStore* layers, layers());
+  RETURN_IF_ERROR(layers->remove(id, record ? record->layer_qgroup : 0));
+  return state_.remove(id);
+}
+
+Result<bool> LocalProvider::is_alive(std::string_view id) {
+  ASSIGN_OR_RETURN(auto record, state_.load(id));
+  if (open_process(record.init_pid, record.init_start_time)) return true;
+  reap_exited(record.init_pid, record.init_start_time);
+  return false;
+}
+
+Result<std::vector<SandboxInfo>> LocalProvider::find(const Labels& labels) {
+  ASSIGN_OR_RETURN(auto records, state_.list());
+  std::vector<SandboxInfo> found;
+  for (const auto& record : records) {
+    bool matches = std::all_of(labels.begin(), labels.end(), [&](const auto& label) {
+      auto it = record.labels.find(label.first);
+      return it != record.labels.end() && it->second == label.second;
+    });
+    if (!matches) continue;
+    auto pidfd = open_process(record.init_pid, record.init_start_time);
+    if (!pidfd) reap_exited(record.init_pid, record.init_start_time);
+    found.push_back(info_of(record, pidfd.has_value()));
+  }
+  return found;
+}
+
+}  // namespace quarry::sandbox::local

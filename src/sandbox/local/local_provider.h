@@ -1,0 +1,74 @@
+// The local provider: sandboxes made of Linux namespaces, cgroups, an overlay root and seccomp,
+// each run by its own quarry-init. See docs/architecture.md for the picture.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "sandbox/local/cgroup.h"
+#include "sandbox/local/image.h"
+#include "sandbox/local/layers.h"
+#include "sandbox/local/state.h"
+#include "sandbox/provider.h"
+
+namespace quarry::sandbox::local {
+
+struct LocalProviderOptions {
+  std::filesystem::path state_dir;
+  std::filesystem::path cache_dir;
+  // quarry-init; empty means the one installed beside the running executable.
+  std::filesystem::path init_binary;
+};
+
+class LocalProvider final : public SandboxProvider {
+ public:
+  static Result<std::unique_ptr<LocalProvider>> open(const SandboxConfig& config,
+                                                     LocalProviderOptions options);
+
+  Result<SandboxInfo> create(const SandboxSpec& spec) override;
+  Result<void> prepare(std::string_view id, const PrepareSpec& spec) override;
+  Result<ExecResult> exec(std::string_view id, const ExecRequest& request) override;
+  Result<void> write_file(std::string_view id, std::string_view path,
+                          std::istream& content) override;
+  Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,
+                             uint64_t max_bytes) override;
+  Result<std::vector<FileInfo>> list_files(std::string_view id,
+                                           std::string_view directory) override;
+  Result<void> destroy(std::string_view id) override;
+  Result<bool> is_alive(std::string_view id) override;
+  Result<std::vector<SandboxInfo>> find(const Labels& labels) override;
+
+  std::string_view cgroup_version() const { return cgroups_->version(); }
+
+ private:
+  LocalProvider(SandboxConfig config, LocalProviderOptions options,
+                std::unique_ptr<CgroupDriver> cgroups, std::vector<uint8_t> seccomp);
+
+  // A sandbox whose init is alive, with a pidfd that pins it.
+  struct Running {
+    SandboxRecord record;
+    UniqueFd pidfd;
+  };
+  Result<Running> running(std::string_view id) const;
+  Result<const LayerStore*> layers();
+  Result<void> start_init(const SandboxRecord& record, const Layer& layer, SandboxRecord& out);
+  std::vector<std::string> environment(const ExecRequest& request) const;
+
+  SandboxConfig config_;
+  LocalProviderOptions options_;
+  StateStore state_;
+  ImageStore images_;
+  std::unique_ptr<CgroupDriver> cgroups_;
+  std::vector<uint8_t> seccomp_;
+  std::mutex layers_mutex_;
+  std::optional<LayerStore> layers_;
+  std::atomic<uint64_t> exec_counter_{0};
+};
+
+// Checks label keys and values: short, printable, no '=' or ',' in keys.
+Result<void> validate_labels(const Labels& labels);
+
+}  // namespace quarry::sandbox::local

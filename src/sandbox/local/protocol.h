@@ -1,0 +1,60 @@
+// The messages between quarry (the host side) and quarry-init (PID 1 in a sandbox): JSON bodies
+// in length-prefixed frames over a unix socket, with file descriptors passed alongside.
+//
+// Setup, over a socketpair at fd 3 of a new init:
+//   host -> init  setup {rootfs paths, control socket path, user, directories, seccomp filter}
+//   init -> host  userns      (mounts done, user namespace created: write its id maps now)
+//   host -> init  maps_written
+//   init -> host  ready | error {message}
+// Exec, one connection to the control socket per command:
+//   host -> init  exec {argv, env, cwd} + fds [stdout, stderr, cgroup.procs...]
+//   init -> host  exit {status, run_ns} | error {message}
+// Closing the connection early kills the command's process group.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+
+namespace quarry::sandbox::local::protocol {
+
+inline constexpr int kSetupFd = 3;
+// Frames larger than this are refused: argv and env of one command, or the setup message.
+inline constexpr uint32_t kMaxFrameBytes = 4 << 20;
+inline constexpr size_t kMaxFds = 16;
+
+struct Message {
+  nlohmann::json body;
+  std::vector<UniqueFd> fds;
+};
+
+// Sends one frame; `fds` travel with its first byte.
+Result<void> send(int socket, const nlohmann::json& body, std::span<const int> fds = {});
+// Receives one frame. A peer that closed cleanly before a new frame gives kUnavailable.
+Result<Message> receive(int socket);
+
+// The setup message: everything init needs to build the sandbox.
+struct Setup {
+  std::string root_dir;        // empty directory to mount the root filesystem on
+  std::string lower_dir;       // the image's root filesystem (read-only layer)
+  std::string upper_dir;       // the sandbox's writable layer
+  std::string work_dir;        // overlayfs work directory, same filesystem as upper_dir
+  std::string control_socket;  // where init listens for exec requests (host path)
+  std::string hostname;
+  uint32_t user_id = 1000;  // the sandbox user, inside the sandbox
+  uint32_t group_id = 1000;
+  uint32_t host_id_base = 0;  // host uid/gid that inside uid/gid 0 maps to
+  std::string home;
+  std::vector<std::string> directories;  // made and given to the sandbox user
+  std::vector<uint8_t> seccomp_filter;   // struct sock_filter[], applied before serving
+  uint32_t max_processes = 0;            // RLIMIT_NPROC for commands
+};
+
+nlohmann::json to_json(const Setup& setup);
+Result<Setup> setup_from_json(const nlohmann::json& body);
+
+}  // namespace quarry::sandbox::local::protocol

@@ -1,0 +1,141 @@
+#include "sandbox/local/state.h"
+
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "common/file_util.h"
+
+namespace quarry::sandbox::local {
+namespace {
+
+constexpr std::string_view kRecordFile = "sandbox.json";
+
+nlohmann::json to_json(const SandboxRecord& record) {
+  return {
+      {"id", record.id},
+      {"labels", record.labels},
+      {"resources",
+       {{"cpus", record.resources.cpus},
+        {"memory_bytes", record.resources.memory_bytes},
+        {"disk_bytes", record.resources.disk_bytes},
+        {"pids", record.resources.pids}}},
+      {"image", record.image},
+      {"init_pid", record.init_pid},
+      {"init_start_time", record.init_start_time},
+      {"layer_qgroup", record.layer_qgroup},
+      {"created_at_ms",
+       std::chrono::duration_cast<std::chrono::milliseconds>(record.created_at.time_since_epoch())
+           .count()},
+  };
+}
+
+Result<SandboxRecord> from_json(const nlohmann::json& json) {
+  try {
+    SandboxRecord record;
+    json.at("id").get_to(record.id);
+    json.at("labels").get_to(record.labels);
+    const auto& resources = json.at("resources");
+    resources.at("cpus").get_to(record.resources.cpus);
+    resources.at("memory_bytes").get_to(record.resources.memory_bytes);
+    resources.at("disk_bytes").get_to(record.resources.disk_bytes);
+    resources.at("pids").get_to(record.resources.pids);
+    json.at("image").get_to(record.image);
+    json.at("init_pid").get_to(record.init_pid);
+    json.at("init_start_time").get_to(record.init_start_time);
+    json.at("layer_qgroup").get_to(record.layer_qgroup);
+    record.created_at = std::chrono::system_clock::time_point(
+        std::chrono::milliseconds(json.at("created_at_ms").get<int64_t>()));
+    return record;
+  } catch (const nlohmann::json::exception& error) {
+    return make_error(ErrorCode::kInternal, "{}", error.what());
+  }
+}
+
+}  // namespace
+
+bool valid_sandbox_id(std::string_view id) {
+  if (id.size() != 12) return false;
+  for (char c : id) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+StateStore::StateStore(std::filesystem::path state_dir)
+    : state_dir_(std::move(state_dir)), sandboxes_dir_(state_dir_ / "sandboxes") {}
+
+std::filesystem::path StateStore::sandbox_dir(std::string_view id) const {
+  return sandboxes_dir_ / id;
+}
+
+std::filesystem::path StateStore::control_socket(std::string_view id) const {
+  return sandbox_dir(id) / "control.sock";
+}
+
+Result<std::string> StateStore::allocate() {
+  RETURN_IF_ERROR(make_directories(sandboxes_dir_, 0700));
+  std::random_device random;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
+    std::string id = fmt::format("{:012x}", bits & 0xffffffffffffULL);
+    if (::mkdir(sandbox_dir(id).c_str(), 0700) == 0) return id;
+    if (errno != EEXIST) return errno_error("mkdir '{}'", sandbox_dir(id).string());
+  }
+  return make_error(ErrorCode::kInternal, "could not find a free sandbox id");
+}
+
+Result<void> StateStore::save(const SandboxRecord& record) const {
+  return write_file_atomic(sandbox_dir(record.id) / kRecordFile, to_json(record).dump(2) + "\n",
+                           0600);
+}
+
+Result<SandboxRecord> StateStore::load(std::string_view id) const {
+  if (!valid_sandbox_id(id)) {
+    return make_error(ErrorCode::kNotFound,
+                      "no sandbox '{}' (sandbox ids are 12 hex digits; see quarry sandbox ls)", id);
+  }
+  auto text = read_file(sandbox_dir(id) / kRecordFile);
+  if (!text) {
+    if (text.error().code == ErrorCode::kNotFound) {
+      return make_error(ErrorCode::kNotFound, "no sandbox '{}' (see quarry sandbox ls)", id);
+    }
+    return std::unexpected(text.error());
+  }
+  auto json = nlohmann::json::parse(*text, nullptr, false);
+  if (json.is_discarded()) {
+    return make_error(ErrorCode::kInternal, "the record of sandbox {} is not valid JSON", id);
+  }
+  auto record = from_json(json);
+  if (!record)
+    return std::unexpected(
+        record.error().with_context(fmt::format("the record of sandbox {} is damaged", id)));
+  return record;
+}
+
+Result<std::vector<SandboxRecord>> StateStore::list() const {
+  std::vector<SandboxRecord> records;
+  std::error_code error;
+  if (!std::filesystem::exists(sandboxes_dir_, error)) return records;
+  for (const auto& entry : std::filesystem::directory_iterator(sandboxes_dir_, error)) {
+    std::string id = entry.path().filename().string();
+    if (!valid_sandbox_id(id) || !std::filesystem::exists(entry.path() / kRecordFile)) continue;
+    auto record = load(id);
+    if (record) records.push_back(std::move(*record));
+  }
+  if (error) {
+    return make_error(ErrorCode::kInternal, "listing '{}' failed: {}", sandboxes_dir_.string(),
+                      error.message());
+  }
+  std::sort(records.begin(), records.end(),
+            [](const auto& a, const auto& b) { return a.created_at < b.created_at; });
+  return records;
+}
+
+Result<void> StateStore::remove(std::string_view id) const {
+  if (!valid_sandbox_id(id)) return {};
+  return remove_tree(sandbox_dir(id));
+}
+
+}  // namespace quarry::sandbox::local

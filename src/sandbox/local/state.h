@@ -1,0 +1,59 @@
+// The local provider's record of each sandbox, kept on disk under the state directory so that
+// sandboxes outlive the process that created them and can be found again by label.
+//
+//   <state>/sandboxes/<id>/sandbox.json   the record below
+//   <state>/sandboxes/<id>/control.sock   init's exec socket
+//   <state>/sandboxes/<id>/root/          mount point of the sandbox's root (inside its mount
+//                                         namespace only; empty on the host)
+//   <state>/sandboxes/<id>/init.log       what init printed, for diagnosis
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "sandbox/provider.h"
+
+namespace quarry::sandbox::local {
+
+struct SandboxRecord {
+  std::string id;
+  Labels labels;
+  ResourceLimits resources;
+  std::string image;  // image hash
+  pid_t init_pid = 0;
+  uint64_t init_start_time = 0;  // /proc/<pid>/stat field 22, to tell a reused pid apart
+  uint64_t layer_qgroup = 0;     // btrfs qgroup of the writable layer
+  std::chrono::system_clock::time_point created_at;
+};
+
+class StateStore {
+ public:
+  explicit StateStore(std::filesystem::path state_dir);
+
+  const std::filesystem::path& state_dir() const { return state_dir_; }
+  std::filesystem::path sandbox_dir(std::string_view id) const;
+  std::filesystem::path control_socket(std::string_view id) const;
+
+  // Makes a new sandbox directory under a fresh random id and returns the id.
+  Result<std::string> allocate();
+  Result<void> save(const SandboxRecord& record) const;
+  // kNotFound names the id when there is no such sandbox.
+  Result<SandboxRecord> load(std::string_view id) const;
+  // Every complete record (sandboxes still being created are skipped).
+  Result<std::vector<SandboxRecord>> list() const;
+  Result<void> remove(std::string_view id) const;
+
+ private:
+  std::filesystem::path state_dir_;
+  std::filesystem::path sandboxes_dir_;
+};
+
+// Sandbox ids are 12 lowercase hex digits; anything else is refused before touching disk.
+bool valid_sandbox_id(std::string_view id);
+
+}  // namespace quarry::sandbox::local

@@ -1,0 +1,53 @@
+#include "sandbox/metering.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "common/units.h"
+
+namespace quarry::sandbox {
+
+std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes) {
+  auto megabytes = [](uint64_t bytes) {
+    return static_cast<uint64_t>(std::llround(static_cast<double>(bytes) / (1024.0 * 1024.0)));
+  };
+  return fmt::format("Killed: command ran out of memory.\nPeak memory: {} MB\nSandbox limit: {} MB",
+                     megabytes(peak_memory_bytes), megabytes(memory_limit_bytes));
+}
+
+std::string timeout_message(std::chrono::milliseconds timeout) {
+  return fmt::format("Timed out: command ran longer than {} and was killed.",
+                     format_duration(timeout));
+}
+
+void describe(ExecResult& result, std::chrono::milliseconds timeout) {
+  if (result.oom) {
+    result.message = oom_message(result.peak_memory_bytes, result.memory_limit_bytes);
+  } else if (result.timed_out) {
+    result.message = timeout_message(timeout);
+  } else {
+    result.message.reset();
+  }
+}
+
+nlohmann::json to_json(const ExecResult& result) {
+  auto round3 = [](double value) { return std::round(value * 1000.0) / 1000.0; };
+  return {
+      {"exit_code", result.exit_code},
+      {"signal", result.signal ? nlohmann::json(*result.signal) : nlohmann::json(nullptr)},
+      {"stdout", result.stdout_text},
+      {"stderr", result.stderr_text},
+      {"truncated", result.truncated},
+      {"run_ms", round3(result.run_ms)},
+      {"cpu_ms", round3(result.cpu_ms)},
+      {"peak_memory_bytes", result.peak_memory_bytes},
+      {"memory_limit_bytes", result.memory_limit_bytes},
+      {"overhead_ms", round3(result.overhead_ms)},
+      {"oom", result.oom},
+      {"timed_out", result.timed_out},
+      {"message", result.message ? nlohmann::json(*result.message) : nlohmann::json(nullptr)},
+  };
+}
+
+}  // namespace quarry::sandbox

@@ -1,0 +1,29 @@
+// How an exec's measurements are put into words and JSON, the same for every provider.
+#pragma once
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "sandbox/provider.h"
+
+namespace quarry::sandbox {
+
+// The text the model gets when the kernel killed a command for memory:
+//   Killed: command ran out of memory.
+//   Peak memory: 973 MB
+//   Sandbox limit: 1024 MB
+// (MB here are MiB, as in the seed's figures.)
+std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes);
+
+// "Timed out: command ran longer than 30s and was killed."
+std::string timeout_message(std::chrono::milliseconds timeout);
+
+// Fills oom/timed_out-derived `message` from the other fields.
+void describe(ExecResult& result, std::chrono::milliseconds timeout);
+
+// The `--json` shape of `quarry sandbox exec`: exit_code, signal, stdout, stderr, truncated,
+// run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, oom, timed_out, message.
+nlohmann::json to_json(const ExecResult& result);
+
+}  // namespace quarry::sandbox

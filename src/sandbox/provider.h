@@ -1,0 +1,112 @@
+// SandboxProvider: the interface every sandbox backend implements (local now, Daytona later).
+// Nothing local leaks through it: sandboxes are named by opaque ids and found by labels, paths
+// are paths inside the sandbox, and every call may fail with a Result error.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <iosfwd>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "config/config.h"
+
+namespace quarry::sandbox {
+
+using Labels = std::map<std::string, std::string>;
+
+struct SandboxSpec {
+  Labels labels;
+  ResourceLimits resources;
+  NetworkPolicy network;
+};
+
+// What `prepare` makes ready before a sandbox is handed out.
+struct PrepareSpec {
+  std::vector<std::string> directories;  // created with parents, owned by the sandbox user
+};
+
+enum class SandboxState { kRunning, kStopped };
+
+struct SandboxInfo {
+  std::string id;
+  Labels labels;
+  ResourceLimits resources;
+  SandboxState state = SandboxState::kRunning;
+  std::chrono::system_clock::time_point created_at;
+};
+
+enum class OutputStream { kStdout, kStderr };
+
+struct ExecRequest {
+  std::vector<std::string> argv;               // argv[0] is looked up in the sandbox's PATH
+  std::map<std::string, std::string> env;      // added to the sandbox's base environment
+  std::string working_directory;               // empty: the sandbox user's home
+  std::chrono::milliseconds timeout{120'000};  // the whole process tree is killed after it
+  uint64_t output_limit = 1 << 20;             // bytes of stdout and of stderr kept, each
+  // Called with output as it arrives (all of it, even past output_limit). Optional.
+  std::function<void(OutputStream, std::string_view)> on_output;
+  // A descriptor that becomes readable when the caller wants the command stopped (e.g. a
+  // signalfd for SIGINT); -1 for none. The exec then fails with kCancelled.
+  int cancel_fd = -1;
+};
+
+// What every exec reports. Times are wall-clock milliseconds; memory in bytes.
+struct ExecResult {
+  int exit_code = 0;          // the command's status; 128 + signal when killed by a signal
+  std::optional<int> signal;  // the signal that ended it, if any
+  std::string stdout_text;
+  std::string stderr_text;
+  bool truncated = false;  // stdout or stderr was longer than output_limit
+  double run_ms = 0;       // from start to exit of the command
+  double cpu_ms = 0;       // user + system CPU time of the command and all its children
+  uint64_t peak_memory_bytes = 0;
+  uint64_t memory_limit_bytes = 0;
+  double overhead_ms = 0;  // whole call time minus run time: the provider's own cost
+  bool oom = false;        // the kernel killed a process of this exec for memory
+  bool timed_out = false;
+  // For the model: the OOM text ("Killed: command ran out of memory. ..."), a timeout notice,
+  // or nothing.
+  std::optional<std::string> message;
+};
+
+struct FileInfo {
+  std::string path;  // inside the sandbox
+  uint64_t size = 0;
+  bool is_directory = false;
+  std::chrono::system_clock::time_point modified_at;
+};
+
+class SandboxProvider {
+ public:
+  virtual ~SandboxProvider() = default;
+
+  // Creates and starts a sandbox; returns once it accepts exec.
+  virtual Result<SandboxInfo> create(const SandboxSpec& spec) = 0;
+  // Makes working directories (and later packages, files) ready inside a running sandbox.
+  virtual Result<void> prepare(std::string_view id, const PrepareSpec& spec) = 0;
+  virtual Result<ExecResult> exec(std::string_view id, const ExecRequest& request) = 0;
+
+  // Writes `content` to `path` (absolute, inside the sandbox), creating parent directories.
+  virtual Result<void> write_file(std::string_view id, std::string_view path,
+                                  std::istream& content) = 0;
+  // Copies the regular file at `path` to `out`; refuses symlinks and files over `max_bytes`.
+  // Returns the number of bytes copied.
+  virtual Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,
+                                     uint64_t max_bytes) = 0;
+  // Lists `directory` recursively (files and directories, not following links).
+  virtual Result<std::vector<FileInfo>> list_files(std::string_view id,
+                                                   std::string_view directory) = 0;
+
+  // Stops the sandbox and removes everything it used. Destroying an unknown id is kNotFound.
+  virtual Result<void> destroy(std::string_view id) = 0;
+  virtual Result<bool> is_alive(std::string_view id) = 0;
+  // Every sandbox whose labels include all of `labels` (all sandboxes for an empty map).
+  virtual Result<std::vector<SandboxInfo>> find(const Labels& labels) = 0;
+};
+
+}  // namespace quarry::sandbox

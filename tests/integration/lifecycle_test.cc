@@ -1,0 +1,299 @@
+// Sandbox lifecycle and the provider interface: exec, files, find, destroy, and survival of
+// the process that created them.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/file_util.h"
+#include "sandbox_environment.h"
+
+extern char** environ;
+
+namespace quarry::testing {
+namespace {
+
+sandbox::SandboxProvider& provider() {
+  return SandboxEnvironment::get().provider();
+}
+
+TEST(Exec, PassesExitCodesOutputEnvAndDirectory) {
+  ScopedSandbox sandbox;
+  sandbox::ExecRequest request;
+  request.argv = {"sh", "-c", "echo out; echo err >&2; pwd; echo $GREETING; exit 3"};
+  request.env = {{"GREETING", "hello"}};
+  request.working_directory = "/tmp";
+  std::string streamed;
+  request.on_output = [&](sandbox::OutputStream stream, std::string_view data) {
+    if (stream == sandbox::OutputStream::kStdout) streamed += data;
+  };
+  auto result = provider().exec(sandbox.id(), request);
+  ASSERT_TRUE(result) << result.error().message;
+  EXPECT_EQ(result->exit_code, 3);
+  EXPECT_FALSE(result->signal);
+  EXPECT_EQ(result->stdout_text, "out\n/tmp\nhello\n");
+  EXPECT_EQ(result->stderr_text, "err\n");
+  EXPECT_EQ(streamed, result->stdout_text);
+}
+
+TEST(Exec, ReportsCommandsThatCannotStart) {
+  ScopedSandbox sandbox;
+  auto missing = run(sandbox.id(), {"no-such-program"});
+  ASSERT_TRUE(missing) << missing.error().message;
+  EXPECT_EQ(missing->exit_code, 127);
+  EXPECT_NE(missing->stderr_text.find("cannot run 'no-such-program'"), std::string::npos);
+  sandbox::ExecRequest request;
+  request.argv = {"true"};
+  request.working_directory = "/nowhere";
+  auto bad_dir = provider().exec(sandbox.id(), request);
+  ASSERT_TRUE(bad_dir);
+  EXPECT_EQ(bad_dir->exit_code, 126);
+  EXPECT_NE(bad_dir->stderr_text.find("/nowhere"), std::string::npos);
+  auto empty = provider().exec(sandbox.id(), sandbox::ExecRequest{});
+  ASSERT_FALSE(empty);
+  EXPECT_EQ(empty.error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST(Exec, CapsOutputAndSaysSo) {
+  ScopedSandbox sandbox;
+  sandbox::ExecRequest request;
+  request.argv = {"sh", "-c", "head -c 300000 /dev/zero | tr '\\0' a"};
+  request.output_limit = 1000;
+  uint64_t streamed = 0;
+  request.on_output = [&](sandbox::OutputStream, std::string_view data) {
+    streamed += data.size();
+  };
+  auto result = provider().exec(sandbox.id(), request);
+  ASSERT_TRUE(result) << result.error().message;
+  EXPECT_TRUE(result->truncated);
+  EXPECT_EQ(result->stdout_text.size(), 1000u);
+  EXPECT_EQ(streamed, 300000u);
+}
+
+TEST(Exec, CancelKillsTheCommand) {
+  ScopedSandbox sandbox;
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  sandbox::ExecRequest request;
+  request.argv = {"sleep", "100"};
+  request.cancel_fd = pipe_fds[0];
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    (void)!::write(pipe_fds[1], "x", 1);
+  });
+  auto result = provider().exec(sandbox.id(), request);
+  canceller.join();
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, ErrorCode::kCancelled);
+  EXPECT_EQ(host_processes_of(sandbox.id()).size(), 1u);
+}
+
+TEST(Exec, ConcurrentExecsAreMeteredSeparately) {
+  ScopedSandbox sandbox;
+  Result<sandbox::ExecResult> big, small;
+  std::thread a(
+      [&] { big = python(sandbox.id(), "b = b'x' * (200 << 20)\nimport time; time.sleep(0.5)"); });
+  std::thread b([&] { small = python(sandbox.id(), "import time; time.sleep(0.5)"); });
+  a.join();
+  b.join();
+  ASSERT_TRUE(big) << big.error().message;
+  ASSERT_TRUE(small) << small.error().message;
+  EXPECT_GT(big->peak_memory_bytes, 200u << 20);
+  EXPECT_LT(small->peak_memory_bytes, 50u << 20);
+}
+
+TEST(Files, WriteReadListRoundTrip) {
+  ScopedSandbox sandbox;
+  std::istringstream script("print(open('/home/sandbox/data/in.txt').read().upper())\n");
+  ASSERT_TRUE(provider().write_file(sandbox.id(), "analysis.py", script));
+  std::istringstream data("quarry");
+  ASSERT_TRUE(provider().write_file(sandbox.id(), "/home/sandbox/data/in.txt", data));
+  auto result =
+      run(sandbox.id(), {"sh", "-c", "python3 analysis.py > outputs/result.txt && ls -l outputs"});
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_EQ(result->exit_code, 0) << result->stderr_text;
+  std::ostringstream out;
+  auto size = provider().read_file(sandbox.id(), "/home/sandbox/outputs/result.txt", out, 1 << 20);
+  ASSERT_TRUE(size) << size.error().message;
+  EXPECT_EQ(out.str(), "QUARRY\n");
+  auto listed = provider().list_files(sandbox.id(), "/home/sandbox");
+  ASSERT_TRUE(listed) << listed.error().message;
+  std::vector<std::string> paths;
+  for (const auto& file : *listed)
+    paths.push_back(file.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"/home/sandbox/analysis.py", "/home/sandbox/data",
+                                             "/home/sandbox/data/in.txt", "/home/sandbox/outputs",
+                                             "/home/sandbox/outputs/result.txt"}));
+  // Files the host wrote belong to the sandbox user, who can change them.
+  auto owner =
+      run(sandbox.id(), {"sh", "-c", "stat -c %U analysis.py && echo more >> data/in.txt"});
+  ASSERT_TRUE(owner);
+  EXPECT_EQ(owner->stdout_text, "sandbox\n");
+  EXPECT_EQ(owner->exit_code, 0);
+}
+
+TEST(Files, SymlinkPlantedInsideIsRefused) {
+  ScopedSandbox sandbox;
+  auto planted = run(sandbox.id(), {"sh", "-c",
+                                    "ln -s /etc/shadow outputs/shadow && ln -s / outputs/root && "
+                                    "ln -s /proc/1/root outputs/proc"});
+  ASSERT_TRUE(planted);
+  ASSERT_EQ(planted->exit_code, 0) << planted->stderr_text;
+  for (const char* path : {"/home/sandbox/outputs/shadow", "/home/sandbox/outputs/root/etc/passwd",
+                           "/home/sandbox/outputs/proc/etc/hostname", "/proc/1/environ"}) {
+    SCOPED_TRACE(path);
+    std::ostringstream out;
+    auto read = provider().read_file(sandbox.id(), path, out, 1 << 20);
+    ASSERT_FALSE(read);
+    EXPECT_EQ(read.error().code, ErrorCode::kPermissionDenied) << read.error().message;
+    EXPECT_TRUE(out.str().empty());
+  }
+  std::istringstream content("x");
+  auto write = provider().write_file(sandbox.id(), "/home/sandbox/outputs/root/tmp/x", content);
+  ASSERT_FALSE(write);
+  EXPECT_EQ(write.error().code, ErrorCode::kPermissionDenied);
+}
+
+TEST(Files, PrepareMakesDirectoriesForTheUser) {
+  ScopedSandbox sandbox;
+  ASSERT_TRUE(provider().prepare(sandbox.id(), {{"/home/sandbox/work/a", "/srv/shared"}}));
+  auto result =
+      run(sandbox.id(), {"sh", "-c", "touch /home/sandbox/work/a/x /srv/shared/y && echo ok"});
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->stdout_text, "ok\n") << result->stderr_text;
+}
+
+TEST(Lifecycle, FindMatchesEveryGivenLabel) {
+  auto spec = ScopedSandbox::default_spec();
+  spec.labels = {{"team", "blue"}, {"conversation", "c1"}};
+  ScopedSandbox first(spec);
+  spec.labels = {{"team", "blue"}, {"conversation", "c2"}};
+  ScopedSandbox second(spec);
+  auto blue = provider().find({{"team", "blue"}});
+  ASSERT_TRUE(blue);
+  EXPECT_EQ(blue->size(), 2u);
+  auto c2 = provider().find({{"team", "blue"}, {"conversation", "c2"}});
+  ASSERT_TRUE(c2);
+  ASSERT_EQ(c2->size(), 1u);
+  EXPECT_EQ((*c2)[0].id, second.id());
+  EXPECT_EQ((*c2)[0].state, sandbox::SandboxState::kRunning);
+  EXPECT_TRUE(provider().find({{"team", "red"}})->empty());
+}
+
+TEST(Lifecycle, BadSpecsAreRefusedBeforeAnythingIsMade) {
+  auto spec = ScopedSandbox::default_spec();
+  spec.labels = {{"bad key!", "x"}};
+  auto bad_label = provider().create(spec);
+  ASSERT_FALSE(bad_label);
+  EXPECT_EQ(bad_label.error().code, ErrorCode::kInvalidArgument);
+  spec = ScopedSandbox::default_spec();
+  spec.resources.memory_bytes = 1024;
+  EXPECT_FALSE(provider().create(spec));
+  spec = ScopedSandbox::default_spec();
+  spec.network.mode = NetworkMode::kAllowlist;
+  EXPECT_FALSE(provider().create(spec));
+  EXPECT_TRUE(provider().find({{"test", "BadSpecsAreRefusedBeforeAnythingIsMade"}})->empty());
+}
+
+TEST(Lifecycle, DestroyLeavesNothingBehind) {
+  auto info = provider().create(ScopedSandbox::default_spec());
+  ASSERT_TRUE(info) << info.error().message;
+  const std::string id = info->id;
+  auto& environment = SandboxEnvironment::get();
+  auto record = read_file(environment.state_dir() / "sandboxes" / id / "sandbox.json");
+  ASSERT_TRUE(record);
+  const pid_t init = nlohmann::json::parse(*record)["init_pid"];
+  ASSERT_TRUE(run(id, {"sh", "-c", "sleep 100 & echo started"}));
+
+  ASSERT_TRUE(provider().destroy(id));
+  EXPECT_FALSE(std::filesystem::exists(fmt::format("/proc/{}", init))) << "init still exists";
+  EXPECT_TRUE(host_processes_of(id).empty());
+  for (const char* hierarchy : {"memory", "cpu", "cpuacct", "pids", "unified"}) {
+    EXPECT_FALSE(std::filesystem::exists(fmt::format("/sys/fs/cgroup/{}/quarry/{}", hierarchy, id)))
+        << hierarchy;
+  }
+  EXPECT_FALSE(std::filesystem::exists(fmt::format("/sys/fs/cgroup/quarry/{}", id)));
+  EXPECT_FALSE(std::filesystem::exists(environment.state_dir() / "sandboxes" / id));
+  EXPECT_FALSE(std::filesystem::exists(environment.state_dir() / "layers" / id));
+  auto mounts = read_file("/proc/self/mountinfo");
+  ASSERT_TRUE(mounts);
+  EXPECT_EQ(mounts->find(id), std::string::npos);
+  auto again = provider().destroy(id);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kNotFound);
+}
+
+TEST(Lifecycle, ADeadSandboxIsReportedNotHidden) {
+  ScopedSandbox sandbox;
+  auto record = read_file(SandboxEnvironment::get().state_dir() / "sandboxes" / sandbox.id() /
+                          "sandbox.json");
+  ASSERT_TRUE(record);
+  const pid_t init = nlohmann::json::parse(*record)["init_pid"];
+  ASSERT_EQ(::kill(init, SIGKILL), 0);
+  for (int i = 0; i < 100 && *provider().is_alive(sandbox.id()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(*provider().is_alive(sandbox.id()));
+  auto result = run(sandbox.id(), {"true"});
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(result.error().message.find("not running"), std::string::npos);
+  auto found = provider().find({{"test", "ADeadSandboxIsReportedNotHidden"}});
+  ASSERT_TRUE(found);
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ((*found)[0].state, sandbox::SandboxState::kStopped);
+}
+
+// The process that created sandboxes is SIGKILLed: its sandboxes live on and are found again
+// by label, from the state on disk, by another process.
+TEST(Lifecycle, SandboxesOutliveTheirCreator) {
+  auto& environment = SandboxEnvironment::get();
+  const std::string label = fmt::format("creator-{}", ::getpid());
+  std::vector<std::string> args = {environment.quarry_binary().string(),
+                                   "--state-dir",
+                                   environment.state_dir().string(),
+                                   "sandbox",
+                                   "run",
+                                   "--label",
+                                   "crash=" + label,
+                                   "--",
+                                   "sleep",
+                                   "600"};
+  std::vector<char*> argv;
+  for (auto& arg : args)
+    argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t creator = 0;
+  ASSERT_EQ(::posix_spawn(&creator, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  std::vector<sandbox::SandboxInfo> found;
+  for (int i = 0; i < 200 && found.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    found = *provider().find({{"crash", label}});
+  }
+  ASSERT_EQ(found.size(), 1u) << "the creator never made its sandbox";
+  // Let it get into its exec, then kill it without warning.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(::kill(creator, SIGKILL), 0);
+  ::waitpid(creator, nullptr, 0);
+
+  found = *provider().find({{"crash", label}});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].state, sandbox::SandboxState::kRunning);
+  auto result = run(found[0].id, {"echo", "alive"});
+  ASSERT_TRUE(result) << result.error().message;
+  EXPECT_EQ(result->stdout_text, "alive\n");
+  ASSERT_TRUE(provider().destroy(found[0].id));
+  EXPECT_TRUE(provider().find({{"crash", label}})->empty());
+  EXPECT_TRUE(host_processes_of(found[0].id).empty());
+}
+
+}  // namespace
+}  // namespace quarry::testing

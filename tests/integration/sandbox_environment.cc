@@ -1,0 +1,116 @@
+#include "sandbox_environment.h"
+
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "common/file_util.h"
+#include "config/paths.h"
+
+namespace quarry::testing {
+namespace {
+
+SandboxEnvironment* g_environment = nullptr;
+
+}  // namespace
+
+SandboxEnvironment& SandboxEnvironment::get() {
+  return *g_environment;
+}
+
+std::filesystem::path SandboxEnvironment::cache_dir() const {
+  return resolve_cache_dir(std::nullopt);
+}
+
+std::filesystem::path SandboxEnvironment::quarry_binary() const {
+  return std::filesystem::path(QUARRY_BUILD_DIR) / "src/quarry";
+}
+
+std::filesystem::path SandboxEnvironment::init_binary() const {
+  return std::filesystem::path(QUARRY_BUILD_DIR) / "src/quarry-init";
+}
+
+void SandboxEnvironment::SetUp() {
+  g_environment = this;
+  // Sandboxes whose creator dies are re-parented to the nearest subreaper; being one means
+  // this process can reap them after destroying them, whatever the host's PID 1 does.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  // Short: control socket paths must fit in a sockaddr_un.
+  state_dir_ = fmt::format("/tmp/qt-{}", ::getpid());
+  std::filesystem::remove_all(state_dir_);
+  auto provider = sandbox::local::LocalProvider::open(config_.sandbox,
+                                                      {state_dir_, cache_dir(), init_binary()});
+  ASSERT_TRUE(provider) << provider.error().message;
+  provider_ = std::move(*provider);
+}
+
+void SandboxEnvironment::TearDown() {
+  if (provider_) {
+    if (auto left = provider_->find({})) {
+      for (const auto& info : *left)
+        (void)provider_->destroy(info.id);
+    }
+  }
+  provider_.reset();
+  ::umount2((state_dir_ / "layers").c_str(), 0);
+  std::filesystem::remove_all(state_dir_);
+}
+
+Result<sandbox::ExecResult> run(std::string_view id, std::vector<std::string> argv,
+                                std::chrono::milliseconds timeout) {
+  sandbox::ExecRequest request;
+  request.argv = std::move(argv);
+  request.timeout = timeout;
+  return SandboxEnvironment::get().provider().exec(id, request);
+}
+
+Result<sandbox::ExecResult> python(std::string_view id, const std::string& code,
+                                   std::chrono::milliseconds timeout) {
+  return run(id, {"python3", "-c", code}, timeout);
+}
+
+sandbox::SandboxSpec ScopedSandbox::default_spec() {
+  sandbox::SandboxSpec spec;
+  spec.resources = SandboxEnvironment::get().config().sandbox.resources;
+  spec.labels = {{"test", ::testing::UnitTest::GetInstance()->current_test_info()->name()}};
+  return spec;
+}
+
+ScopedSandbox::ScopedSandbox(sandbox::SandboxSpec spec) {
+  auto info = SandboxEnvironment::get().provider().create(spec);
+  if (!info) {
+    ADD_FAILURE() << "create failed: " << info.error().message;
+    return;
+  }
+  id_ = info->id;
+}
+
+ScopedSandbox::~ScopedSandbox() {
+  if (id_.empty()) return;
+  auto destroyed = SandboxEnvironment::get().provider().destroy(id_);
+  if (!destroyed && destroyed.error().code != ErrorCode::kNotFound) {
+    ADD_FAILURE() << "destroy failed: " << destroyed.error().message;
+  }
+}
+
+std::vector<pid_t> host_processes_of(std::string_view id) {
+  std::vector<pid_t> pids;
+  const std::string needle = fmt::format("/quarry/{}", id);
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto cgroups = read_file(entry.path() / "cgroup");
+    if (cgroups && cgroups->find(needle) != std::string::npos) pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+}  // namespace quarry::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new quarry::testing::SandboxEnvironment);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,55 @@
+// A real local provider for integration tests: its own state directory (so tests never touch
+// the host's sandboxes), the shared image cache, and the freshly built quarry-init.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "sandbox/local/local_provider.h"
+
+namespace quarry::testing {
+
+class SandboxEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override;
+  void TearDown() override;
+
+  static SandboxEnvironment& get();
+  sandbox::local::LocalProvider& provider() { return *provider_; }
+  const Config& config() const { return config_; }
+  const std::filesystem::path& state_dir() const { return state_dir_; }
+  std::filesystem::path cache_dir() const;
+  std::filesystem::path quarry_binary() const;
+  std::filesystem::path init_binary() const;
+
+ private:
+  Config config_;
+  std::filesystem::path state_dir_;
+  std::unique_ptr<sandbox::local::LocalProvider> provider_;
+};
+
+// Runs argv in the sandbox with the defaults most tests want.
+Result<sandbox::ExecResult> run(std::string_view id, std::vector<std::string> argv,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(60));
+Result<sandbox::ExecResult> python(std::string_view id, const std::string& code,
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// A sandbox that is destroyed when the test ends.
+class ScopedSandbox {
+ public:
+  explicit ScopedSandbox(sandbox::SandboxSpec spec = default_spec());
+  ~ScopedSandbox();
+  const std::string& id() const { return id_; }
+  static sandbox::SandboxSpec default_spec();
+
+ private:
+  std::string id_;
+};
+
+// Host pids whose cgroup (in any hierarchy) is under quarry/<id>, read from /proc.
+std::vector<pid_t> host_processes_of(std::string_view id);
+
+}  // namespace quarry::testing

@@ -1,0 +1,218 @@
+// The cgroup drivers on fake cgroupfs trees (plain directories with the control files the
+// kernel would create), and host detection from mountinfo samples of v1, v2 and hybrid hosts.
+#include "sandbox/local/cgroup.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/file_util.h"
+#include "common/units.h"
+
+namespace quarry::sandbox::local {
+namespace {
+
+// What this project's CI machines mount: v1 controllers beside a nearly empty v2.
+constexpr std::string_view kHybridMountinfo =
+    "25 30 0:22 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "26 25 0:23 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    "27 25 0:24 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct\n"
+    "28 25 0:25 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+    "29 25 0:26 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n"
+    "30 25 0:27 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n"
+    "31 25 0:28 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+
+constexpr std::string_view kUnifiedMountinfo =
+    "22 1 0:20 / / rw - ext4 /dev/vda rw\n"
+    "35 24 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec shared:9 - cgroup2 cgroup2 "
+    "rw,nsdelegate,memory_recursiveprot\n";
+
+constexpr std::string_view kComountedMountinfo =
+    "40 25 0:33 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+    "41 25 0:34 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+    "42 25 0:35 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n";
+
+TEST(CgroupDetection, ParsesV1ControllersAndTheV2Mount) {
+  auto mounts = parse_cgroup_mounts(kHybridMountinfo);
+  ASSERT_EQ(mounts.size(), 6u);
+  EXPECT_EQ(mounts[0].mount_point, "/sys/fs/cgroup/cpu");
+  EXPECT_EQ(mounts[0].controllers, std::vector<std::string>{"cpu"});
+  EXPECT_TRUE(mounts[4].controllers.empty());  // name=systemd is not a controller
+  EXPECT_TRUE(mounts[5].unified);
+  EXPECT_EQ(mounts[5].mount_point, "/sys/fs/cgroup/unified");
+}
+
+TEST(CgroupDetection, HybridHostWithEmptyV2UsesV1) {
+  auto mounts = parse_cgroup_mounts(kHybridMountinfo);
+  mounts[5].controllers = {"hugetlb"};  // what cgroup.controllers says on such a host
+  auto driver = make_cgroup_driver(mounts);
+  ASSERT_TRUE(driver) << driver.error().message;
+  EXPECT_EQ((*driver)->version(), "v1");
+}
+
+TEST(CgroupDetection, UnifiedHostUsesV2) {
+  auto mounts = parse_cgroup_mounts(kUnifiedMountinfo);
+  ASSERT_EQ(mounts.size(), 1u);
+  mounts[0].controllers = {"cpuset", "cpu", "io", "memory", "pids"};
+  auto driver = make_cgroup_driver(mounts);
+  ASSERT_TRUE(driver) << driver.error().message;
+  EXPECT_EQ((*driver)->version(), "v2");
+}
+
+TEST(CgroupDetection, CoMountedCpuAndCpuacctWork) {
+  auto driver = make_cgroup_driver(parse_cgroup_mounts(kComountedMountinfo));
+  ASSERT_TRUE(driver) << driver.error().message;
+  EXPECT_EQ((*driver)->version(), "v1");
+}
+
+TEST(CgroupDetection, MissingControllersAreNamed) {
+  auto mounts = parse_cgroup_mounts(
+      "26 25 0:23 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+      "31 25 0:28 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
+  auto driver = make_cgroup_driver(mounts);
+  ASSERT_FALSE(driver);
+  EXPECT_EQ(driver.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_NE(driver.error().message.find("cpu, cpuacct, pids"), std::string::npos)
+      << driver.error().message;
+}
+
+TEST(CgroupDetection, UnescapesMountPoints) {
+  auto mounts = parse_cgroup_mounts("26 25 0:23 / /sys/fs/my\\040cgroup rw - cgroup2 cgroup2 rw\n");
+  ASSERT_EQ(mounts.size(), 1u);
+  EXPECT_EQ(mounts[0].mount_point, "/sys/fs/my cgroup");
+}
+
+class FakeCgroupTree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ =
+        std::filesystem::temp_directory_path() / fmt::format("quarry-fake-cgroup-{}", ::getpid());
+    std::filesystem::remove_all(root_);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  // Creates `dir` with the control files the kernel would give it.
+  void make_cgroup(const std::filesystem::path& dir, std::initializer_list<std::string> files,
+                   const std::map<std::string, std::string>& contents = {}) {
+    std::filesystem::create_directories(dir);
+    for (const auto& file : files) {
+      auto found = contents.find(file);
+      std::ofstream(dir / file) << (found == contents.end() ? "" : found->second);
+    }
+  }
+
+  std::string read(const std::filesystem::path& path) { return *read_file(path); }
+
+  std::filesystem::path root_;
+};
+
+TEST_F(FakeCgroupTree, V2CreateSetsLimitsAndDelegatesControllers) {
+  const std::initializer_list<std::string> files = {"cgroup.subtree_control",
+                                                    "cgroup.procs",
+                                                    "memory.max",
+                                                    "memory.swap.max",
+                                                    "cpu.max",
+                                                    "pids.max",
+                                                    "memory.peak",
+                                                    "memory.events",
+                                                    "cpu.stat",
+                                                    "cgroup.kill"};
+  make_cgroup(root_, {"cgroup.subtree_control"});
+  make_cgroup(root_ / "quarry", files);
+  make_cgroup(root_ / "quarry/sb1", files);
+  make_cgroup(root_ / "quarry/sb1/init", files);
+  auto driver = make_cgroup_v2(root_, "quarry");
+
+  ASSERT_TRUE(driver->create_sandbox("sb1", {512ull << 20, 1.5, 64}));
+  EXPECT_EQ(read(root_ / "cgroup.subtree_control"), "+memory +cpu +pids");
+  EXPECT_EQ(read(root_ / "quarry/cgroup.subtree_control"), "+memory +cpu +pids");
+  EXPECT_EQ(read(root_ / "quarry/sb1/memory.max"), std::to_string(512ull << 20));
+  EXPECT_EQ(read(root_ / "quarry/sb1/memory.swap.max"), "0");
+  EXPECT_EQ(read(root_ / "quarry/sb1/cpu.max"), "150000 100000");
+  EXPECT_EQ(read(root_ / "quarry/sb1/pids.max"), "64");
+
+  ASSERT_TRUE(driver->enter_sandbox("sb1", 4242));
+  EXPECT_EQ(read(root_ / "quarry/sb1/cgroup.procs"), "4242");
+  ASSERT_TRUE(driver->enter_init("sb1", 4242));
+  EXPECT_EQ(read(root_ / "quarry/sb1/init/cgroup.procs"), "4242");
+  // Only after init left the sandbox's own cgroup may it delegate to exec children.
+  EXPECT_EQ(read(root_ / "quarry/sb1/cgroup.subtree_control"), "+memory +cpu +pids");
+}
+
+TEST_F(FakeCgroupTree, V2ReadsExecCountersFromTheExecCgroup) {
+  make_cgroup(root_ / "quarry/sb1/exec-1",
+              {"cgroup.procs", "memory.peak", "memory.events", "cpu.stat"},
+              {{"memory.peak", "268435456\n"},
+               {"memory.events", "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n"},
+               {"cpu.stat", "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n"}});
+  auto driver = make_cgroup_v2(root_, "quarry");
+  auto fds = driver->create_exec("sb1", "exec-1");
+  ASSERT_TRUE(fds) << fds.error().message;
+  EXPECT_EQ(fds->size(), 1u);
+  auto counters = driver->exec_counters("sb1", "exec-1");
+  ASSERT_TRUE(counters) << counters.error().message;
+  EXPECT_EQ(counters->peak_memory_bytes, 268435456u);
+  EXPECT_EQ(counters->oom_kills, 1u);
+  EXPECT_EQ(counters->cpu_usage_ns, 1500u * 1000);
+}
+
+TEST_F(FakeCgroupTree, V1CreateWritesEachHierarchy) {
+  CgroupV1Paths paths{root_ / "memory", root_ / "cpu", root_ / "cpuacct", root_ / "pids"};
+  make_cgroup(paths.memory / "quarry/sb1", {"cgroup.procs", "memory.limit_in_bytes",
+                                            "memory.memsw.limit_in_bytes", "memory.swappiness"});
+  make_cgroup(paths.cpu / "quarry/sb1", {"cgroup.procs", "cpu.cfs_period_us", "cpu.cfs_quota_us"});
+  make_cgroup(paths.cpuacct / "quarry/sb1", {"cgroup.procs"});
+  make_cgroup(paths.pids / "quarry/sb1", {"cgroup.procs", "pids.max"});
+  for (const auto& hierarchy : {paths.memory, paths.cpu, paths.cpuacct, paths.pids}) {
+    make_cgroup(hierarchy / "quarry/sb1/init", {"cgroup.procs"});
+  }
+  auto driver = make_cgroup_v1(paths, "quarry");
+  ASSERT_TRUE(driver->create_sandbox("sb1", {kGiB, 0.5, 100}));
+  EXPECT_EQ(read(paths.memory / "quarry/sb1/memory.limit_in_bytes"), std::to_string(kGiB));
+  EXPECT_EQ(read(paths.memory / "quarry/sb1/memory.memsw.limit_in_bytes"), std::to_string(kGiB));
+  EXPECT_EQ(read(paths.memory / "quarry/sb1/memory.swappiness"), "0");
+  EXPECT_EQ(read(paths.cpu / "quarry/sb1/cpu.cfs_quota_us"), "50000");
+  EXPECT_EQ(read(paths.cpu / "quarry/sb1/cpu.cfs_period_us"), "100000");
+  EXPECT_EQ(read(paths.pids / "quarry/sb1/pids.max"), "100");
+  ASSERT_TRUE(driver->enter_init("sb1", 77));
+  for (const auto& hierarchy : {paths.memory, paths.cpu, paths.cpuacct, paths.pids}) {
+    EXPECT_EQ(read(hierarchy / "quarry/sb1/init/cgroup.procs"), "77");
+  }
+}
+
+TEST_F(FakeCgroupTree, V1ExecCgroupsAreInMemoryAndCpuacct) {
+  CgroupV1Paths paths{root_ / "memory", root_ / "cpu", root_ / "cpuacct", root_ / "pids"};
+  make_cgroup(paths.memory / "quarry/sb1/exec-1",
+              {"cgroup.procs", "memory.max_usage_in_bytes", "memory.oom_control"},
+              {{"memory.max_usage_in_bytes", "1048576\n"},
+               {"memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"}});
+  make_cgroup(paths.cpuacct / "quarry/sb1/exec-1", {"cgroup.procs", "cpuacct.usage"},
+              {{"cpuacct.usage", "123456789\n"}});
+  auto driver = make_cgroup_v1(paths, "quarry");
+  auto fds = driver->create_exec("sb1", "exec-1");
+  ASSERT_TRUE(fds) << fds.error().message;
+  EXPECT_EQ(fds->size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(paths.cpu / "quarry/sb1/exec-1"));
+  auto counters = driver->exec_counters("sb1", "exec-1");
+  ASSERT_TRUE(counters) << counters.error().message;
+  EXPECT_EQ(counters->peak_memory_bytes, 1048576u);
+  EXPECT_EQ(counters->oom_kills, 2u);
+  EXPECT_EQ(counters->cpu_usage_ns, 123456789u);
+}
+
+TEST(CgroupFiles, ReadsNumbersAndKeyedValues) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-cg-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "max") << "max\n";
+  std::ofstream(dir / "n") << "42\n";
+  std::ofstream(dir / "keyed") << "oom 3\noom_kill 1\n";
+  EXPECT_EQ(*cgroup_files::read_number(dir / "max"), UINT64_MAX);
+  EXPECT_EQ(*cgroup_files::read_number(dir / "n"), 42u);
+  EXPECT_EQ(*cgroup_files::read_keyed(dir / "keyed", "oom_kill"), 1u);
+  EXPECT_EQ(*cgroup_files::read_keyed(dir / "keyed", "oom"), 3u);
+  EXPECT_FALSE(cgroup_files::read_keyed(dir / "keyed", "nothing"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace quarry::sandbox::local

@@ -1,0 +1,124 @@
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+
+namespace quarry {
+namespace {
+
+TEST(Config, EmptyTextGivesDefaults) {
+  auto config = parse_config("", "config.yml");
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->sandbox.provider, "local");
+  EXPECT_EQ(config->sandbox.data_dir, "/home/sandbox/data");
+  EXPECT_EQ(config->sandbox.output_dir, "/home/sandbox/outputs");
+  EXPECT_EQ(config->sandbox.export_max_rows, 100000u);
+  EXPECT_EQ(config->sandbox.resources.memory_bytes, kGiB);
+  EXPECT_EQ(config->sandbox.resources.disk_bytes, 2 * kGiB);
+  EXPECT_EQ(config->sandbox.resources.pids, 256u);
+  EXPECT_DOUBLE_EQ(config->sandbox.resources.cpus, 1.0);
+  EXPECT_EQ(config->sandbox.exec_timeout, std::chrono::seconds(120));
+  EXPECT_EQ(config->sandbox.idle_timeout, std::chrono::minutes(15));
+  EXPECT_EQ(config->sandbox.network.mode, NetworkMode::kNone);
+  EXPECT_EQ(config->sandbox.packages.size(), 7u);
+}
+
+TEST(Config, ReadsTheDesignExample) {
+  auto config = parse_config(R"(
+sandbox:
+  provider: local
+  packages: [pyarrow, polars, duckdb, pandas, matplotlib, plotly]
+  data_dir: /home/sandbox/data
+  output_dir: /home/sandbox/outputs
+  export_max_rows: 5000
+  resources: {cpus: 0.5, memory: 512MiB, disk: 4GiB, pids: 64}
+  exec_timeout: 30s
+  idle_timeout: 5m
+  network: {mode: none}
+)",
+                             "config.yml");
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->sandbox.packages.front(), "pyarrow");
+  EXPECT_EQ(config->sandbox.export_max_rows, 5000u);
+  EXPECT_DOUBLE_EQ(config->sandbox.resources.cpus, 0.5);
+  EXPECT_EQ(config->sandbox.resources.memory_bytes, 512 * kMiB);
+  EXPECT_EQ(config->sandbox.resources.disk_bytes, 4 * kGiB);
+  EXPECT_EQ(config->sandbox.resources.pids, 64u);
+  EXPECT_EQ(config->sandbox.exec_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(config->sandbox.idle_timeout, std::chrono::minutes(5));
+}
+
+// Every bad value is rejected with the file, the line and the key's path in the message.
+TEST(Config, RejectsBadInputNamingTheKey) {
+  struct Case {
+    const char* name;
+    const char* yaml;
+    const char* expected;  // must appear in the message
+  } cases[] = {
+      {"unknown top-level key", "sandbx: {}\n", "config.yml:1: sandbx: unknown key"},
+      {"unknown nested key", "sandbox:\n  resources:\n    memroy: 1GiB\n",
+       "config.yml:3: sandbox.resources.memroy: unknown key (known keys here: cpus, memory, disk, "
+       "pids)"},
+      {"bad size", "sandbox:\n  resources: {memory: lots}\n",
+       "sandbox.resources.memory: 'lots' is not a size"},
+      {"bad unit", "sandbox:\n  resources: {disk: 2 parsecs}\n", "unknown size unit 'parsecs'"},
+      {"too little memory", "sandbox:\n  resources: {memory: 1MiB}\n",
+       "memory must be at least 16 MiB"},
+      {"negative cpus", "sandbox:\n  resources: {cpus: -1}\n", "cpus must be between"},
+      {"pids not a number", "sandbox:\n  resources: {pids: many}\n",
+       "sandbox.resources.pids: 'many' is not a whole number"},
+      {"bad provider", "sandbox:\n  provider: docker\n",
+       "sandbox.provider: 'docker' is not an available provider"},
+      {"relative data dir", "sandbox:\n  data_dir: data\n",
+       "sandbox.data_dir: 'data' must be an absolute path"},
+      {"dotdot output dir", "sandbox:\n  output_dir: /home/../etc\n", "without '..'"},
+      {"system dir", "sandbox:\n  data_dir: /proc/data\n", "inside the system directory /proc"},
+      {"same dirs", "sandbox:\n  data_dir: /x\n  output_dir: /x\n",
+       "must differ from sandbox.data_dir"},
+      {"zero timeout", "sandbox:\n  exec_timeout: 0s\n",
+       "sandbox.exec_timeout: must be longer than zero"},
+      {"bad duration", "sandbox:\n  idle_timeout: a while\n", "sandbox.idle_timeout:"},
+      {"bad network mode", "sandbox:\n  network: {mode: open}\n",
+       "'open' is not a network mode (use none or allowlist)"},
+      {"allowlist without domains", "sandbox:\n  network: {mode: allowlist}\n",
+       "needs at least one domain"},
+      {"packages not a list", "sandbox:\n  packages: polars\n", "sandbox.packages: must be a list"},
+      {"bad package", "sandbox:\n  packages: [polars, 'rm -rf /']\n",
+       "sandbox.packages[1]: 'rm -rf /' is not a package requirement"},
+      {"section not a map", "sandbox: 3\n", "sandbox: must be a mapping"},
+      {"broken yaml", "sandbox:\n  resources: {cpus: 1\n", "config.yml:"},
+      {"row cap zero", "sandbox:\n  export_max_rows: 0\n",
+       "sandbox.export_max_rows: 0 is out of range"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto config = parse_config(c.yaml, "config.yml");
+    ASSERT_FALSE(config);
+    EXPECT_EQ(config.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(config.error().message.find(c.expected), std::string::npos)
+        << "message was: " << config.error().message;
+  }
+}
+
+TEST(Config, LoadPrefersTheExplicitFileThenTheEnvironment) {
+  auto dir = std::filesystem::temp_directory_path() / "quarry-config-test";
+  std::filesystem::create_directories(dir);
+  auto explicit_file = dir / "explicit.yml";
+  auto env_file = dir / "env.yml";
+  std::ofstream(explicit_file) << "sandbox:\n  export_max_rows: 11\n";
+  std::ofstream(env_file) << "sandbox:\n  export_max_rows: 22\n";
+  ::setenv("QUARRY_CONFIG", env_file.c_str(), 1);
+  EXPECT_EQ(load_config(explicit_file)->sandbox.export_max_rows, 11u);
+  EXPECT_EQ(load_config(std::nullopt)->sandbox.export_max_rows, 22u);
+  EXPECT_EQ(load_config(std::nullopt)->source, env_file.string());
+  ::unsetenv("QUARRY_CONFIG");
+  auto missing = load_config(dir / "missing.yml");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("missing.yml"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace quarry

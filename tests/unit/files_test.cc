@@ -1,0 +1,125 @@
+// Host-side file access on a plain directory standing in for a sandbox's root: nothing the
+// "sandbox" plants there may lead the host outside it.
+#include "sandbox/local/files.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace quarry::sandbox::local {
+namespace {
+
+TEST(NormalizeSandboxPath, MakesPathsAbsoluteAndRefusesDotDot) {
+  EXPECT_EQ(*normalize_sandbox_path("/home/sandbox/outputs/", "/home/sandbox"),
+            "/home/sandbox/outputs");
+  EXPECT_EQ(*normalize_sandbox_path("analysis.py", "/home/sandbox"), "/home/sandbox/analysis.py");
+  EXPECT_EQ(*normalize_sandbox_path("/a//b/./c", "/"), "/a/b/c");
+  for (const char* bad : {"", "../etc/passwd", "/home/sandbox/../../etc/shadow", "a/../b"}) {
+    SCOPED_TRACE(bad);
+    auto path = normalize_sandbox_path(bad, "/home/sandbox");
+    ASSERT_FALSE(path);
+    EXPECT_EQ(path.error().code, ErrorCode::kInvalidArgument);
+  }
+  EXPECT_FALSE(normalize_sandbox_path(std::string("a\0b", 3), "/"));
+}
+
+class FakeSandboxRoot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = std::filesystem::temp_directory_path() / fmt::format("quarry-files-{}", ::getpid());
+    std::filesystem::remove_all(base_);
+    root_ = base_ / "root";
+    std::filesystem::create_directories(root_ / "home/sandbox/outputs");
+    // A "host" file next to the root that no path may reach.
+    std::ofstream(base_ / "host-secret") << "secret";
+    auto files = SandboxFiles::open_directory(root_);
+    ASSERT_TRUE(files) << files.error().message;
+    files_.emplace(std::move(*files));
+  }
+  void TearDown() override { std::filesystem::remove_all(base_); }
+
+  Result<std::string> read(const std::string& path) {
+    std::ostringstream out;
+    auto n = files_->read(path, out, 1 << 20);
+    if (!n) return std::unexpected(n.error());
+    return out.str();
+  }
+
+  std::filesystem::path base_, root_;
+  std::optional<SandboxFiles> files_;
+};
+
+TEST_F(FakeSandboxRoot, WritesCreateParentsOwnedByTheUser) {
+  std::istringstream content("print('hi')\n");
+  const uid_t me = ::getuid();
+  ASSERT_TRUE(files_->write("/home/sandbox/work/deep/analysis.py", content, me, me));
+  EXPECT_EQ(*read("/home/sandbox/work/deep/analysis.py"), "print('hi')\n");
+  struct stat info {};
+  ASSERT_EQ(::stat((root_ / "home/sandbox/work/deep").c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, me);
+}
+
+TEST_F(FakeSandboxRoot, RefusesSymlinksPlantedInside) {
+  std::filesystem::create_symlink(base_ / "host-secret", root_ / "home/sandbox/outputs/leak.txt");
+  std::filesystem::create_symlink("/etc", root_ / "home/sandbox/outputs/etc");
+  auto leaked = read("/home/sandbox/outputs/leak.txt");
+  ASSERT_FALSE(leaked);
+  EXPECT_EQ(leaked.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_NE(leaked.error().message.find("symbolic link"), std::string::npos);
+  EXPECT_FALSE(read("/home/sandbox/outputs/etc/passwd"));
+
+  // Writing through a planted link must not touch the host file either.
+  std::istringstream content("overwritten");
+  EXPECT_FALSE(files_->write("/home/sandbox/outputs/leak.txt", content, 0, 0));
+  EXPECT_FALSE(files_->write("/home/sandbox/outputs/etc/evil", content, 0, 0));
+  std::ifstream secret(base_ / "host-secret");
+  std::string text((std::istreambuf_iterator<char>(secret)), {});
+  EXPECT_EQ(text, "secret");
+}
+
+TEST_F(FakeSandboxRoot, DotDotCannotClimbOutOfTheRoot) {
+  // Whatever a path says, it is resolved inside the root.
+  EXPECT_FALSE(read("/../host-secret"));
+  EXPECT_FALSE(read("/home/../../host-secret"));
+}
+
+TEST_F(FakeSandboxRoot, RefusesFifosWithoutHanging) {
+  ASSERT_EQ(::mkfifo((root_ / "home/sandbox/outputs/pipe").c_str(), 0644), 0);
+  auto read_fifo = read("/home/sandbox/outputs/pipe");
+  ASSERT_FALSE(read_fifo);
+  EXPECT_NE(read_fifo.error().message.find("not a regular file"), std::string::npos);
+  std::istringstream content("x");
+  EXPECT_FALSE(files_->write("/home/sandbox/outputs/pipe", content, 0, 0));
+}
+
+TEST_F(FakeSandboxRoot, ReadsRespectTheSizeLimit) {
+  std::ofstream(root_ / "home/sandbox/outputs/big") << std::string(1000, 'x');
+  std::ostringstream out;
+  auto n = files_->read("/home/sandbox/outputs/big", out, 999);
+  ASSERT_FALSE(n);
+  EXPECT_EQ(n.error().code, ErrorCode::kResourceExhausted);
+}
+
+TEST_F(FakeSandboxRoot, ListsFilesAndDirectoriesButNotLinks) {
+  std::ofstream(root_ / "home/sandbox/outputs/chart.png") << "png";
+  std::filesystem::create_directories(root_ / "home/sandbox/outputs/tables");
+  std::ofstream(root_ / "home/sandbox/outputs/tables/t.csv") << "a,b\n";
+  std::filesystem::create_symlink("/etc", root_ / "home/sandbox/outputs/etc");
+  auto listed = files_->list("/home/sandbox/outputs", 100);
+  ASSERT_TRUE(listed) << listed.error().message;
+  std::vector<std::string> paths;
+  for (const auto& file : *listed)
+    paths.push_back(file.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"/home/sandbox/outputs/chart.png",
+                                             "/home/sandbox/outputs/tables",
+                                             "/home/sandbox/outputs/tables/t.csv"}));
+  EXPECT_EQ((*listed)[0].size, 3u);
+  EXPECT_TRUE((*listed)[1].is_directory);
+  EXPECT_FALSE(files_->list("/home/sandbox/outputs/etc", 100));
+}
+
+}  // namespace
+}  // namespace quarry::sandbox::local

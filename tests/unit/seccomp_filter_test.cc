@@ -1,0 +1,98 @@
+// Loads the real filter in a child process and checks what it allows and refuses.
+#include "sandbox/local/seccomp_filter.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+
+namespace quarry::sandbox::local {
+namespace {
+
+// Runs `probe` in a forked child under the filter; returns the errno it ended with (0 if the
+// call succeeded), or -1 if the child did not exit normally.
+int errno_under_filter(const std::vector<uint8_t>& program, const std::function<long()>& probe) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    sock_fprog fprog{static_cast<unsigned short>(program.size() / sizeof(sock_filter)),
+                     reinterpret_cast<sock_filter*>(const_cast<uint8_t*>(program.data()))};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ::_exit(200);
+    if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog, 0, 0) != 0) ::_exit(201);
+    errno = 0;
+    long rc = probe();
+    ::_exit(rc < 0 ? errno : 0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(SeccompFilter, RefusesWhatAnalysisNeverNeeds) {
+  auto program = build_seccomp_filter();
+  ASSERT_TRUE(program) << program.error().message;
+  struct Case {
+    const char* name;
+    std::function<long()> call;
+    int expected_errno;
+  } cases[] = {
+      {"mount", [] { return long{::mount("none", "/tmp", "tmpfs", 0, nullptr)}; }, EPERM},
+      {"unshare(NEWNS)", [] { return long{::unshare(CLONE_NEWNS)}; }, EPERM},
+      {"unshare(NEWUSER)", [] { return long{::unshare(CLONE_NEWUSER)}; }, EPERM},
+      {"setns", [] { return long{::setns(0, 0)}; }, EPERM},
+      {"ptrace", [] { return ::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr); }, EPERM},
+      {"bpf", [] { return ::syscall(SYS_bpf, 0, nullptr, 0); }, EPERM},
+      {"perf_event_open", [] { return ::syscall(SYS_perf_event_open, nullptr, 0, -1, -1, 0); },
+       EPERM},
+      {"keyctl", [] { return ::syscall(SYS_keyctl, 0, 0, 0, 0, 0); }, EPERM},
+      {"kexec_load", [] { return ::syscall(SYS_kexec_load, 0, 0, nullptr, 0); }, EPERM},
+      {"io_uring_setup", [] { return ::syscall(SYS_io_uring_setup, 1, nullptr); }, EPERM},
+      {"clone with CLONE_NEWNET",
+       [] { return ::syscall(SYS_clone, CLONE_NEWNET | SIGCHLD, nullptr, nullptr, nullptr, 0); },
+       EPERM},
+      {"clone3", [] { return ::syscall(SYS_clone3, nullptr, 0); }, ENOSYS},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(errno_under_filter(*program, c.call), c.expected_errno);
+  }
+}
+
+TEST(SeccompFilter, AllowsOrdinaryWork) {
+  auto program = build_seccomp_filter();
+  ASSERT_TRUE(program);
+  EXPECT_EQ(errno_under_filter(*program, [] { return long{::getpid() > 0 ? 0 : -1}; }), 0);
+  EXPECT_EQ(errno_under_filter(*program,
+                               [] {
+                                 int fd = ::open("/dev/null", O_RDONLY);
+                                 return long{fd >= 0 ? ::close(fd) : -1};
+                               }),
+            0);
+  // A plain fork still works: only namespace flags are refused.
+  EXPECT_EQ(errno_under_filter(*program,
+                               [] {
+                                 pid_t child = ::fork();
+                                 if (child == 0) ::_exit(0);
+                                 return long{child > 0 ? ::waitpid(child, nullptr, 0) : -1};
+                               }),
+            0);
+}
+
+TEST(SeccompFilter, DocumentsItsList) {
+  auto denied = denied_syscalls();
+  for (const char* name :
+       {"mount", "ptrace", "kexec_load", "bpf", "keyctl", "unshare", "setns", "perf_event_open"}) {
+    EXPECT_NE(std::find(denied.begin(), denied.end(), name), denied.end()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace quarry::sandbox::local

@@ -1,0 +1,74 @@
+#include "common/units.h"
+
+#include <gtest/gtest.h>
+
+namespace quarry {
+namespace {
+
+TEST(ParseSize, AcceptsBinaryUnitsAndPlainBytes) {
+  struct Case {
+    const char* text;
+    uint64_t bytes;
+  } cases[] = {
+      {"0", 0},
+      {"512", 512},
+      {"1B", 1},
+      {"1KiB", 1024},
+      {"1k", 1024},
+      {"2MiB", 2 * kMiB},
+      {"1GiB", kGiB},
+      {"1.5GiB", kGiB + kGiB / 2},
+      {"1 GiB", kGiB},
+      {"3gb", 3 * kGiB},
+      {"1TiB", 1024 * kGiB},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    auto value = parse_size(c.text);
+    ASSERT_TRUE(value) << value.error().message;
+    EXPECT_EQ(*value, c.bytes);
+  }
+}
+
+TEST(ParseSize, RejectsWithAMessageThatSaysWhy) {
+  for (const char* text : {"", "GiB", "-1GiB", "1 parsecs", "1e999GiB", "abc"}) {
+    SCOPED_TRACE(text);
+    auto value = parse_size(text);
+    ASSERT_FALSE(value);
+    EXPECT_EQ(value.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(value.error().message.find(text), std::string::npos);
+  }
+  EXPECT_NE(parse_size("1 parsecs").error().message.find("unknown size unit"), std::string::npos);
+}
+
+TEST(ParseDuration, AcceptsCommonUnits) {
+  EXPECT_EQ(*parse_duration("120s"), std::chrono::seconds(120));
+  EXPECT_EQ(*parse_duration("15m"), std::chrono::minutes(15));
+  EXPECT_EQ(*parse_duration("1h"), std::chrono::hours(1));
+  EXPECT_EQ(*parse_duration("250ms"), std::chrono::milliseconds(250));
+  EXPECT_EQ(*parse_duration("30"), std::chrono::seconds(30));
+  EXPECT_EQ(*parse_duration("1.5s"), std::chrono::milliseconds(1500));
+  EXPECT_FALSE(parse_duration("5 fortnights"));
+  EXPECT_FALSE(parse_duration("soon"));
+}
+
+TEST(FormatSize, IsReadable) {
+  EXPECT_EQ(format_size(300), "300 B");
+  EXPECT_EQ(format_size(kGiB), "1 GiB");
+  EXPECT_EQ(format_size(512 * kMiB), "512 MiB");
+  EXPECT_EQ(format_size(kGiB + kGiB / 2), "1.5 GiB");
+}
+
+TEST(FormatDuration, RoundTripsWithParse) {
+  for (const char* text : {"120s", "15m", "1h30m", "250ms", "2h"}) {
+    SCOPED_TRACE(text);
+    auto parsed = parse_duration(text);
+    ASSERT_TRUE(parsed);
+    EXPECT_EQ(*parse_duration(format_duration(*parsed)), *parsed);
+  }
+  EXPECT_EQ(format_duration(std::chrono::seconds(120)), "2m");
+  EXPECT_EQ(format_duration(std::chrono::seconds(30)), "30s");
+}
+
+}  // namespace
+}  // namespace quarry
