@@ -38,7 +38,8 @@ struct ExecFlags {
 };
 
 void add_resource_flags(CLI::App* command, ResourceFlags& flags) {
-  command->add_option("--label", flags.labels, "label KEY=VALUE (repeatable)");
+  command->add_option("--label", flags.labels, "label KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
   command->add_option("--memory", flags.memory, "memory limit, e.g. 1GiB (default: config)");
   command->add_option("--cpus", flags.cpus, "CPU quota in cores, e.g. 1 or 0.5 (default: config)");
   command->add_option("--pids", flags.pids, "process and thread limit (default: config)");
@@ -50,7 +51,8 @@ void add_exec_flags(CLI::App* command, ExecFlags& flags) {
                       "kill the command and everything it started after this long, e.g. 30s "
                       "(default: sandbox.exec_timeout)");
   command->add_flag("--json", flags.json, "print one JSON object with the output and metering");
-  command->add_option("--env", flags.env, "environment variable KEY=VALUE (repeatable)");
+  command->add_option("--env", flags.env, "environment variable KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
   command->add_option("--workdir", flags.workdir, "working directory inside the sandbox");
   command->add_option("command", flags.command, "the command and its arguments (after --)")
       ->required();
@@ -296,7 +298,8 @@ void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code) {
   static std::vector<std::string> ls_labels;
   static bool ls_json = false;
   auto* ls = group->add_subcommand("ls", "list sandboxes");
-  ls->add_option("--label", ls_labels, "only sandboxes with label KEY=VALUE (repeatable)");
+  ls->add_option("--label", ls_labels, "only sandboxes with label KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
   ls->add_flag("--json", ls_json, "print a JSON array");
   ls->callback([&] {
     auto provider = context.provider();

@@ -1,1 +1,221 @@
+// The quarry command line, run as a separate process the way users and scripts run it.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/unique_fd.h"
+#include "sandbox_environment.h"
+
+extern char** environ;
+
+namespace quarry::testing {
+namespace {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+CliResult quarry(std::vector<std::string> args) {
+  auto& environment = SandboxEnvironment::get();
+  args.insert(args.begin(), {environment.quarry_binary().string(), "--state-dir",
+                             environment.state_dir().string()});
+  int out_pipe[2], err_pipe[2];
+  EXPECT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
+  EXPECT_EQ(::pipe2(err_pipe, O_CLOEXEC), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  EXPECT_EQ(::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  UniqueFd out_fd(out_pipe[0]), err_fd(err_pipe[0]);
+  CliResult result;
+  pollfd polls[2] = {{out_fd.get(), POLLIN, 0}, {err_fd.get(), POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open = 2;
+  char buffer[4096];
+  while (open > 0) {
+    ::poll(polls, 2, -1);
+    for (int i = 0; i < 2; ++i) {
+      if (polls[i].fd < 0 || polls[i].revents == 0) continue;
+      ssize_t n = ::read(polls[i].fd, buffer, sizeof buffer);
+      if (n <= 0) {
+        polls[i].fd = -1;
+        --open;
+      } else {
+        sinks[i]->append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+// Creates a sandbox through the CLI and removes it at the end of the test.
+class CliSandbox {
+ public:
+  explicit CliSandbox(std::vector<std::string> options = {}) {
+    options.insert(options.begin(), {"sandbox", "create"});
+    auto created = quarry(options);
+    EXPECT_EQ(created.exit_code, 0) << created.err;
+    id_ = trimmed(created.out);
+  }
+  ~CliSandbox() { quarry({"sandbox", "rm", id_}); }
+  const std::string& id() const { return id_; }
+
+ private:
+  std::string id_;
+};
+
+TEST(Cli, CreatePrintsOnlyTheIdAndLsShowsIt) {
+  CliSandbox sandbox({"--label", "purpose=cli-test", "--memory", "512MiB", "--cpus", "0.5",
+                      "--pids", "100", "--disk", "1GiB"});
+  EXPECT_EQ(sandbox.id().size(), 12u);
+  auto listed = quarry({"sandbox", "ls", "--label", "purpose=cli-test", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  auto json = nlohmann::json::parse(listed.out);
+  ASSERT_EQ(json.size(), 1u);
+  EXPECT_EQ(json[0]["id"], sandbox.id());
+  EXPECT_EQ(json[0]["state"], "running");
+  EXPECT_EQ(json[0]["memory_bytes"], 512u << 20);
+  EXPECT_EQ(json[0]["cpus"], 0.5);
+  EXPECT_EQ(json[0]["pids"], 100);
+  EXPECT_EQ(json[0]["disk_bytes"], 1u << 30);
+  EXPECT_EQ(json[0]["labels"]["purpose"], "cli-test");
+  auto table = quarry({"sandbox", "ls"});
+  EXPECT_NE(table.out.find(sandbox.id()), std::string::npos);
+  EXPECT_NE(table.out.find("purpose=cli-test"), std::string::npos);
+}
+
+TEST(Cli, ExecPassesOutputAndExitCodeThrough) {
+  CliSandbox sandbox;
+  auto result = quarry({"sandbox", "exec", sandbox.id(), "--", "sh", "-c",
+                        "echo to-stdout; echo to-stderr >&2; exit 7"});
+  EXPECT_EQ(result.exit_code, 7);
+  EXPECT_EQ(result.out, "to-stdout\n");
+  EXPECT_EQ(result.err, "to-stderr\n");
+}
+
+TEST(Cli, ExecJsonHasTheDocumentedShape) {
+  CliSandbox sandbox;
+  auto result = quarry({"sandbox", "exec", "--json", sandbox.id(), "--", "python3", "-c",
+                        "import sys; print('hi'); sys.exit(3)"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  auto json = nlohmann::json::parse(result.out);
+  EXPECT_EQ(json["exit_code"], 3);
+  EXPECT_TRUE(json["signal"].is_null());
+  EXPECT_EQ(json["stdout"], "hi\n");
+  EXPECT_EQ(json["stderr"], "");
+  EXPECT_EQ(json["truncated"], false);
+  EXPECT_GT(json["run_ms"].get<double>(), 0);
+  EXPECT_GT(json["cpu_ms"].get<double>(), 0);
+  EXPECT_GT(json["peak_memory_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(json["memory_limit_bytes"], 1u << 30);
+  EXPECT_GE(json["overhead_ms"].get<double>(), 0);
+  EXPECT_EQ(json["oom"], false);
+  EXPECT_EQ(json["timed_out"], false);
+  EXPECT_TRUE(json["message"].is_null());
+}
+
+TEST(Cli, ExecTimeoutExitsWith124AndSaysSo) {
+  CliSandbox sandbox;
+  auto result = quarry({"sandbox", "exec", "--timeout", "1s", sandbox.id(), "--", "sleep", "30"});
+  EXPECT_EQ(result.exit_code, 124);
+  EXPECT_NE(result.err.find("Timed out: command ran longer than 1s"), std::string::npos)
+      << result.err;
+}
+
+TEST(Cli, RunCreatesExecutesAndDestroys) {
+  auto result = quarry({"sandbox", "run", "--memory", "256MiB", "--label", "cli=run", "--",
+                        "python3", "-c", "b = b'x' * (512 << 20)"});
+  EXPECT_EQ(result.exit_code, 137);
+  EXPECT_NE(result.err.find("Killed: command ran out of memory.\nPeak memory: "),
+            std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("Sandbox limit: 256 MB"), std::string::npos);
+  auto left = quarry({"sandbox", "ls", "--label", "cli=run", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(left.out).size(), 0u);
+}
+
+TEST(Cli, CpCopiesBothWays) {
+  CliSandbox sandbox;
+  auto dir = SandboxEnvironment::get().state_dir();
+  std::ofstream(dir / "in.csv") << "a,b\n1,2\n";
+  auto in = quarry({"sandbox", "cp", (dir / "in.csv").string(),
+                    sandbox.id() + ":/home/sandbox/data/in.csv"});
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  auto converted = quarry({"sandbox", "exec", sandbox.id(), "--", "sh", "-c",
+                           "tr , ';' < data/in.csv > outputs/out.csv"});
+  ASSERT_EQ(converted.exit_code, 0) << converted.err;
+  auto out = quarry({"sandbox", "cp", sandbox.id() + ":/home/sandbox/outputs/out.csv",
+                     (dir / "out.csv").string()});
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  std::ifstream copied(dir / "out.csv");
+  std::string text((std::istreambuf_iterator<char>(copied)), {});
+  EXPECT_EQ(text, "a;b\n1;2\n");
+
+  auto neither = quarry({"sandbox", "cp", "a", "b"});
+  EXPECT_EQ(neither.exit_code, 1);
+  EXPECT_NE(neither.err.find("ID:/path"), std::string::npos);
+  auto missing = quarry({"sandbox", "cp", sandbox.id() + ":/nope", (dir / "x").string()});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("'/nope' does not exist"), std::string::npos) << missing.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "x"));
+}
+
+TEST(Cli, RmRemovesAndNamesUnknownIds) {
+  auto created = quarry({"sandbox", "create", "--label", "cli=rm"});
+  const std::string id = trimmed(created.out);
+  auto removed = quarry({"sandbox", "rm", id});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_EQ(removed.out, id + "\n");
+  auto again = quarry({"sandbox", "rm", id});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find(fmt::format("no sandbox '{}'", id)), std::string::npos) << again.err;
+  auto garbage = quarry({"sandbox", "rm", "../../etc"});
+  EXPECT_EQ(garbage.exit_code, 1);
+  EXPECT_NE(garbage.err.find("no sandbox"), std::string::npos);
+}
+
+TEST(Cli, BadInputGetsAClearError) {
+  auto memory = quarry({"sandbox", "create", "--memory", "lots"});
+  EXPECT_EQ(memory.exit_code, 1);
+  EXPECT_NE(memory.err.find("--memory: 'lots' is not a size"), std::string::npos) << memory.err;
+  auto label = quarry({"sandbox", "create", "--label", "novalue"});
+  EXPECT_EQ(label.exit_code, 1);
+  EXPECT_NE(label.err.find("label 'novalue' must look like KEY=VALUE"), std::string::npos);
+  auto dir = SandboxEnvironment::get().state_dir();
+  std::ofstream(dir / "bad.yml") << "sandbox:\n  resources:\n    memroy: 1GiB\n";
+  auto config = quarry({"--config", (dir / "bad.yml").string(), "sandbox", "ls"});
+  EXPECT_EQ(config.exit_code, 1);
+  EXPECT_NE(config.err.find("bad.yml:3: sandbox.resources.memroy: unknown key"),
+            std::string::npos)
+      << config.err;
+  auto unknown = quarry({"sandbox", "exec", "ffffffffffff", "--", "true"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("no sandbox 'ffffffffffff'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace quarry::testing

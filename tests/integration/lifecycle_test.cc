@@ -222,7 +222,6 @@ TEST(Lifecycle, DestroyLeavesNothingBehind) {
   }
   EXPECT_FALSE(std::filesystem::exists(fmt::format("/sys/fs/cgroup/quarry/{}", id)));
   EXPECT_FALSE(std::filesystem::exists(environment.state_dir() / "sandboxes" / id));
-  EXPECT_FALSE(std::filesystem::exists(environment.state_dir() / "layers" / id));
   auto mounts = read_file("/proc/self/mountinfo");
   ASSERT_TRUE(mounts);
   EXPECT_EQ(mounts->find(id), std::string::npos);

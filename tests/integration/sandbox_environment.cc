@@ -54,7 +54,7 @@ void SandboxEnvironment::TearDown() {
     }
   }
   provider_.reset();
-  ::umount2((state_dir_ / "layers").c_str(), 0);
+  ::umount2((state_dir_ / "sandboxes").c_str(), 0);
   std::filesystem::remove_all(state_dir_);
 }
 

@@ -63,6 +63,8 @@ class CgroupDriver {
   virtual Result<void> remove_sandbox(std::string_view sandbox) = 0;
   // Whether the sandbox's cgroup exists (used to find leftovers).
   virtual bool sandbox_exists(std::string_view sandbox) const = 0;
+  // Memory charged to the sandbox now (its processes, page cache and kernel objects).
+  virtual Result<uint64_t> memory_usage(std::string_view sandbox) const = 0;
 };
 
 // A cgroup filesystem mount, as read from /proc/self/mountinfo.

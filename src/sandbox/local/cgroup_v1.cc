@@ -121,6 +121,10 @@ class CgroupV1 final : public CgroupDriver {
     return {};
   }
 
+  Result<uint64_t> memory_usage(std::string_view sandbox) const override {
+    return cgroup_files::read_number(roots_.memory / parent_ / sandbox / "memory.usage_in_bytes");
+  }
+
   bool sandbox_exists(std::string_view sandbox) const override {
     for (const auto& root : hierarchies_) {
       if (std::filesystem::exists(root / parent_ / sandbox)) return true;

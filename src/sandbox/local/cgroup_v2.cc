@@ -88,6 +88,10 @@ class CgroupV2 final : public CgroupDriver {
     return cgroup_files::remove_tree(dir);
   }
 
+  Result<uint64_t> memory_usage(std::string_view sandbox) const override {
+    return cgroup_files::read_number(sandbox_dir(sandbox) / "memory.current");
+  }
+
   bool sandbox_exists(std::string_view sandbox) const override {
     return std::filesystem::exists(sandbox_dir(sandbox));
   }

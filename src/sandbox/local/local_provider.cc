@@ -158,13 +158,14 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& 
       new LocalProvider(config, std::move(options), std::move(cgroups), std::move(seccomp)));
 }
 
-Result<const LayerStore*> LocalProvider::layers() {
-  std::lock_guard lock(layers_mutex_);
-  if (!layers_) {
-    ASSIGN_OR_RETURN(auto store, LayerStore::open(options_.state_dir, config_.local.volume_bytes));
-    layers_.emplace(std::move(store));
+Result<const SandboxVolume*> LocalProvider::volume() {
+  std::lock_guard lock(volume_mutex_);
+  if (!volume_) {
+    ASSIGN_OR_RETURN(auto opened,
+                     SandboxVolume::open(options_.state_dir, config_.local.volume_bytes));
+    volume_.emplace(std::move(opened));
   }
-  return &*layers_;
+  return &*volume_;
 }
 
 Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
@@ -177,8 +178,21 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   }
   ASSIGN_OR_RETURN(auto definition, default_image_definition(config_));
   ASSIGN_OR_RETURN(auto image, images_.find(definition));
-  ASSIGN_OR_RETURN(const LayerStore* layers, layers());
-  ASSIGN_OR_RETURN(std::string id, state_.allocate());
+  ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+
+  // The sandbox's subvolume holds everything it has on disk, so it is made first; a random id
+  // that is already taken is simply drawn again.
+  std::string id;
+  std::optional<SandboxDirectory> directory;
+  for (int attempt = 0; !directory; ++attempt) {
+    id = new_sandbox_id();
+    auto made = volume->create(id, spec.resources.disk_bytes, kSandboxIdBase);
+    if (made) {
+      directory = std::move(*made);
+    } else if (made.error().code != ErrorCode::kAlreadyExists || attempt >= 8) {
+      return std::unexpected(made.error());
+    }
+  }
 
   SandboxRecord record;
   record.id = id;
@@ -186,6 +200,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   record.resources = spec.resources;
   record.image = image.hash;
   record.created_at = std::chrono::system_clock::now();
+  record.qgroup = directory->qgroup;
 
   // Undo everything on failure; destroy() knows how to take apart a partial sandbox.
   bool created = false;
@@ -198,9 +213,6 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
     }
   } rollback{this, id, created};
 
-  ASSIGN_OR_RETURN(Layer layer, layers->create(id, spec.resources.disk_bytes, kSandboxIdBase));
-  record.layer_qgroup = layer.qgroup;
-  RETURN_IF_ERROR(state_.save(record));  // from here destroy() can find the qgroup
   RETURN_IF_ERROR(cgroups_->create_sandbox(
       id, CgroupLimits{spec.resources.memory_bytes, spec.resources.cpus, spec.resources.pids}));
 
@@ -220,8 +232,8 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   protocol::Setup setup;
   setup.root_dir = root_dir.string();
   setup.lower_dir = image.rootfs.string();
-  setup.upper_dir = layer.upper.string();
-  setup.work_dir = layer.work.string();
+  setup.upper_dir = directory->upper.string();
+  setup.work_dir = directory->work.string();
   setup.control_socket = state_.control_socket(id).string();
   setup.hostname = "sandbox-" + id;
   setup.user_id = kSandboxUser;
@@ -510,9 +522,9 @@ Result<void> LocalProvider::destroy(std::string_view id) {
     }
   }
   RETURN_IF_ERROR(cgroups_->remove_sandbox(id));
-  ASSIGN_OR_RETURN(const LayerStore* layers, layers());
-  RETURN_IF_ERROR(layers->remove(id, record ? record->layer_qgroup : 0));
-  return state_.remove(id);
+  // The subvolume takes the record, socket, log and writable layer with it.
+  ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+  return volume->remove(id, record ? record->qgroup : 0);
 }
 
 Result<bool> LocalProvider::is_alive(std::string_view id) {

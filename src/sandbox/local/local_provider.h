@@ -10,8 +10,8 @@
 
 #include "sandbox/local/cgroup.h"
 #include "sandbox/local/image.h"
-#include "sandbox/local/layers.h"
 #include "sandbox/local/state.h"
+#include "sandbox/local/volume.h"
 #include "sandbox/provider.h"
 
 namespace quarry::sandbox::local {
@@ -42,6 +42,8 @@ class LocalProvider final : public SandboxProvider {
   Result<std::vector<SandboxInfo>> find(const Labels& labels) override;
 
   std::string_view cgroup_version() const { return cgroups_->version(); }
+  // Memory charged to the sandbox's cgroup now.
+  Result<uint64_t> memory_usage(std::string_view id) const { return cgroups_->memory_usage(id); }
 
  private:
   LocalProvider(SandboxConfig config, LocalProviderOptions options,
@@ -53,8 +55,7 @@ class LocalProvider final : public SandboxProvider {
     UniqueFd pidfd;
   };
   Result<Running> running(std::string_view id) const;
-  Result<const LayerStore*> layers();
-  Result<void> start_init(const SandboxRecord& record, const Layer& layer, SandboxRecord& out);
+  Result<const SandboxVolume*> volume();
   std::vector<std::string> environment(const ExecRequest& request) const;
 
   SandboxConfig config_;
@@ -63,8 +64,8 @@ class LocalProvider final : public SandboxProvider {
   ImageStore images_;
   std::unique_ptr<CgroupDriver> cgroups_;
   std::vector<uint8_t> seccomp_;
-  std::mutex layers_mutex_;
-  std::optional<LayerStore> layers_;
+  std::mutex volume_mutex_;
+  std::optional<SandboxVolume> volume_;
   std::atomic<uint64_t> exec_counter_{0};
 };
 

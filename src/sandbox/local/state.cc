@@ -1,7 +1,5 @@
 #include "sandbox/local/state.h"
 
-#include <sys/stat.h>
-
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -24,7 +22,7 @@ nlohmann::json to_json(const SandboxRecord& record) {
       {"image", record.image},
       {"init_pid", record.init_pid},
       {"init_start_time", record.init_start_time},
-      {"layer_qgroup", record.layer_qgroup},
+      {"qgroup", record.qgroup},
       {"created_at_ms",
        std::chrono::duration_cast<std::chrono::milliseconds>(record.created_at.time_since_epoch())
            .count()},
@@ -44,7 +42,7 @@ Result<SandboxRecord> from_json(const nlohmann::json& json) {
     json.at("image").get_to(record.image);
     json.at("init_pid").get_to(record.init_pid);
     json.at("init_start_time").get_to(record.init_start_time);
-    json.at("layer_qgroup").get_to(record.layer_qgroup);
+    json.at("qgroup").get_to(record.qgroup);
     record.created_at = std::chrono::system_clock::time_point(
         std::chrono::milliseconds(json.at("created_at_ms").get<int64_t>()));
     return record;
@@ -63,6 +61,12 @@ bool valid_sandbox_id(std::string_view id) {
   return true;
 }
 
+std::string new_sandbox_id() {
+  std::random_device random;
+  uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
+  return fmt::format("{:012x}", bits & 0xffffffffffffULL);
+}
+
 StateStore::StateStore(std::filesystem::path state_dir)
     : state_dir_(std::move(state_dir)), sandboxes_dir_(state_dir_ / "sandboxes") {}
 
@@ -72,18 +76,6 @@ std::filesystem::path StateStore::sandbox_dir(std::string_view id) const {
 
 std::filesystem::path StateStore::control_socket(std::string_view id) const {
   return sandbox_dir(id) / "control.sock";
-}
-
-Result<std::string> StateStore::allocate() {
-  RETURN_IF_ERROR(make_directories(sandboxes_dir_, 0700));
-  std::random_device random;
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
-    std::string id = fmt::format("{:012x}", bits & 0xffffffffffffULL);
-    if (::mkdir(sandbox_dir(id).c_str(), 0700) == 0) return id;
-    if (errno != EEXIST) return errno_error("mkdir '{}'", sandbox_dir(id).string());
-  }
-  return make_error(ErrorCode::kInternal, "could not find a free sandbox id");
 }
 
 Result<void> StateStore::save(const SandboxRecord& record) const {
@@ -131,11 +123,6 @@ Result<std::vector<SandboxRecord>> StateStore::list() const {
   std::sort(records.begin(), records.end(),
             [](const auto& a, const auto& b) { return a.created_at < b.created_at; });
   return records;
-}
-
-Result<void> StateStore::remove(std::string_view id) const {
-  if (!valid_sandbox_id(id)) return {};
-  return remove_tree(sandbox_dir(id));
 }
 
 }  // namespace quarry::sandbox::local

@@ -1,11 +1,13 @@
 // The local provider's record of each sandbox, kept on disk under the state directory so that
 // sandboxes outlive the process that created them and can be found again by label.
 //
+//   <state>/sandboxes/<id>/               the sandbox's subvolume (see volume.h)
 //   <state>/sandboxes/<id>/sandbox.json   the record below
 //   <state>/sandboxes/<id>/control.sock   init's exec socket
 //   <state>/sandboxes/<id>/root/          mount point of the sandbox's root (inside its mount
 //                                         namespace only; empty on the host)
 //   <state>/sandboxes/<id>/init.log       what init printed, for diagnosis
+//   <state>/sandboxes/<id>/upper, work/   the writable layer of its overlay root
 #pragma once
 
 #include <sys/types.h>
@@ -27,7 +29,7 @@ struct SandboxRecord {
   std::string image;  // image hash
   pid_t init_pid = 0;
   uint64_t init_start_time = 0;  // /proc/<pid>/stat field 22, to tell a reused pid apart
-  uint64_t layer_qgroup = 0;     // btrfs qgroup of the writable layer
+  uint64_t qgroup = 0;           // btrfs qgroup of the sandbox's subvolume
   std::chrono::system_clock::time_point created_at;
 };
 
@@ -39,14 +41,11 @@ class StateStore {
   std::filesystem::path sandbox_dir(std::string_view id) const;
   std::filesystem::path control_socket(std::string_view id) const;
 
-  // Makes a new sandbox directory under a fresh random id and returns the id.
-  Result<std::string> allocate();
   Result<void> save(const SandboxRecord& record) const;
   // kNotFound names the id when there is no such sandbox.
   Result<SandboxRecord> load(std::string_view id) const;
   // Every complete record (sandboxes still being created are skipped).
   Result<std::vector<SandboxRecord>> list() const;
-  Result<void> remove(std::string_view id) const;
 
  private:
   std::filesystem::path state_dir_;
@@ -55,5 +54,7 @@ class StateStore {
 
 // Sandbox ids are 12 lowercase hex digits; anything else is refused before touching disk.
 bool valid_sandbox_id(std::string_view id);
+// A fresh random id.
+std::string new_sandbox_id();
 
 }  // namespace quarry::sandbox::local

@@ -1,4 +1,4 @@
-#include "sandbox/local/layers.h"
+#include "sandbox/local/volume.h"
 
 #include <fcntl.h>
 #include <linux/btrfs.h>
@@ -100,47 +100,11 @@ Result<void> enable_quota(const std::filesystem::path& mount_point) {
   return {};
 }
 
-}  // namespace
-
-Result<LayerStore> LayerStore::open(const std::filesystem::path& state_dir, uint64_t volume_bytes) {
-  if (is_btrfs(state_dir)) {
-    auto layers = state_dir / "layers";
-    RETURN_IF_ERROR(make_directories(layers, 0700));
-    RETURN_IF_ERROR(enable_quota(layers));
-    return LayerStore(layers);
-  }
-  auto mount_point = state_dir / "layers";
-  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return LayerStore(mount_point);
-
-  // First use (or after a reboot): one process at a time sets the volume up.
-  RETURN_IF_ERROR(make_directories(state_dir, 0755));
-  auto lock_path = state_dir / "layers.lock";
-  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!lock) return errno_error("open '{}'", lock_path.string());
-  if (::flock(lock.get(), LOCK_EX) != 0) return errno_error("flock '{}'", lock_path.string());
-  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return LayerStore(mount_point);
-
-  RETURN_IF_ERROR(make_directories(mount_point, 0700));
-  auto backing = state_dir / "layers.btrfs";
-  if (!std::filesystem::exists(backing)) RETURN_IF_ERROR(make_backing_file(backing, volume_bytes));
-  RETURN_IF_ERROR(loop_mount(backing, mount_point));
-  RETURN_IF_ERROR(enable_quota(mount_point));
-  return LayerStore(mount_point);
-}
-
-Result<Layer> LayerStore::create(std::string_view id, uint64_t limit_bytes,
-                                 uint32_t root_uid) const {
-  UniqueFd volume(::open(mount_point_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!volume) return errno_error("open '{}'", mount_point_.string());
-  btrfs_ioctl_vol_args create{};
-  std::strncpy(create.name, std::string(id).c_str(), BTRFS_PATH_NAME_MAX);
-  if (::ioctl(volume.get(), BTRFS_IOC_SUBVOL_CREATE, &create) != 0) {
-    return errno_error("creating btrfs subvolume '{}' in '{}'", id, mount_point_.string());
-  }
-  auto dir = mount_point_ / id;
+// Sets the limit and makes upper/ and work/ in a new subvolume.
+Result<SandboxDirectory> fill_subvolume(const std::filesystem::path& dir, uint64_t limit_bytes,
+                                        uint32_t root_uid) {
   UniqueFd subvolume(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!subvolume) return errno_error("open '{}'", dir.string());
-
   btrfs_ioctl_ino_lookup_args lookup{};
   lookup.objectid = BTRFS_FIRST_FREE_OBJECTID;
   if (::ioctl(subvolume.get(), BTRFS_IOC_INO_LOOKUP, &lookup) != 0) {
@@ -153,20 +117,63 @@ Result<Layer> LayerStore::create(std::string_view id, uint64_t limit_bytes,
   if (::ioctl(subvolume.get(), BTRFS_IOC_QGROUP_LIMIT, &limit) != 0) {
     return errno_error("limiting subvolume '{}' to {} bytes", dir.string(), limit_bytes);
   }
-
-  Layer layer{dir / "upper", dir / "work", lookup.treeid};
+  SandboxDirectory made{dir, dir / "upper", dir / "work", lookup.treeid};
   // upper/ is the root directory of the sandbox's filesystem: it must look like the image's
   // root (owned by the sandbox's root, 0755).
-  for (const auto& path : {layer.upper, layer.work}) {
+  for (const auto& path : {made.upper, made.work}) {
     if (::mkdir(path.c_str(), 0755) != 0) return errno_error("mkdir '{}'", path.string());
   }
-  if (::chown(layer.upper.c_str(), root_uid, root_uid) != 0) {
-    return errno_error("chown '{}'", layer.upper.string());
+  if (::chown(made.upper.c_str(), root_uid, root_uid) != 0) {
+    return errno_error("chown '{}'", made.upper.string());
   }
-  return layer;
+  return made;
 }
 
-Result<void> LayerStore::remove(std::string_view id, uint64_t qgroup) const {
+}  // namespace
+
+Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir,
+                                          uint64_t volume_bytes) {
+  auto mount_point = state_dir / "sandboxes";
+  if (is_btrfs(state_dir)) {
+    RETURN_IF_ERROR(make_directories(mount_point, 0700));
+    RETURN_IF_ERROR(enable_quota(mount_point));
+    return SandboxVolume(mount_point);
+  }
+  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return SandboxVolume(mount_point);
+
+  // First use (or after a reboot): one process at a time sets the volume up.
+  RETURN_IF_ERROR(make_directories(state_dir, 0755));
+  auto lock_path = state_dir / "sandboxes.lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock) return errno_error("open '{}'", lock_path.string());
+  if (::flock(lock.get(), LOCK_EX) != 0) return errno_error("flock '{}'", lock_path.string());
+  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return SandboxVolume(mount_point);
+
+  RETURN_IF_ERROR(make_directories(mount_point, 0700));
+  auto backing = state_dir / "sandboxes.btrfs";
+  if (!std::filesystem::exists(backing)) RETURN_IF_ERROR(make_backing_file(backing, volume_bytes));
+  RETURN_IF_ERROR(loop_mount(backing, mount_point));
+  RETURN_IF_ERROR(enable_quota(mount_point));
+  return SandboxVolume(mount_point);
+}
+
+Result<SandboxDirectory> SandboxVolume::create(std::string_view id, uint64_t limit_bytes,
+                                               uint32_t root_uid) const {
+  UniqueFd volume(::open(mount_point_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!volume) return errno_error("open '{}'", mount_point_.string());
+  btrfs_ioctl_vol_args create{};
+  std::strncpy(create.name, std::string(id).c_str(), BTRFS_PATH_NAME_MAX);
+  if (::ioctl(volume.get(), BTRFS_IOC_SUBVOL_CREATE, &create) != 0) {
+    if (errno == EEXIST) return make_error(ErrorCode::kAlreadyExists, "sandbox {} exists", id);
+    return errno_error("creating btrfs subvolume '{}' in '{}'", id, mount_point_.string());
+  }
+  auto dir = mount_point_ / id;
+  auto made = fill_subvolume(dir, limit_bytes, root_uid);
+  if (!made) (void)remove(id, 0);
+  return made;
+}
+
+Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
   auto dir = mount_point_ / id;
   if (!std::filesystem::exists(dir)) return {};
   UniqueFd volume(::open(mount_point_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

@@ -1,0 +1,48 @@
+// The sandbox volume: <state>/sandboxes is a btrfs filesystem and every sandbox is one
+// subvolume in it, holding its record, control socket, log, mount point and the writable
+// layer of its overlay root, under a qgroup limit (the sandbox's disk size).
+//
+// btrfs qgroups work on kernels built without CONFIG_QUOTA (where ext4 and XFS project quotas
+// are unavailable), and deleting a subvolume removes everything a sandbox wrote in O(1), with
+// no per-file work on the host's filesystem. When the state directory is not itself on btrfs,
+// the volume is a sparse file, <state>/sandboxes.btrfs, loop-mounted at <state>/sandboxes;
+// discard=async keeps the file only as large as what sandboxes hold.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace quarry::sandbox::local {
+
+struct SandboxDirectory {
+  std::filesystem::path path;   // <state>/sandboxes/<id>
+  std::filesystem::path upper;  // overlay upperdir
+  std::filesystem::path work;   // overlay workdir
+  uint64_t qgroup = 0;          // the subvolume's qgroup id
+};
+
+class SandboxVolume {
+ public:
+  // Mounts the volume if needed (creating it on first use) and enables quotas on it.
+  // `volume_bytes` sizes a new backing file; an existing one is used as it is.
+  static Result<SandboxVolume> open(const std::filesystem::path& state_dir, uint64_t volume_bytes);
+
+  // A subvolume named `id` limited to `limit_bytes`, with upper/ owned by `root_uid` (the
+  // sandbox's root as seen from the host) and work/. kAlreadyExists if `id` is taken.
+  Result<SandboxDirectory> create(std::string_view id, uint64_t limit_bytes,
+                                  uint32_t root_uid) const;
+  // Deletes the subvolume with everything in it, and its qgroup. Missing is fine.
+  Result<void> remove(std::string_view id, uint64_t qgroup) const;
+
+  const std::filesystem::path& mount_point() const { return mount_point_; }
+
+ private:
+  explicit SandboxVolume(std::filesystem::path mount_point)
+      : mount_point_(std::move(mount_point)) {}
+  std::filesystem::path mount_point_;
+};
+
+}  // namespace quarry::sandbox::local
