@@ -35,7 +35,8 @@ CliResult quarry(std::vector<std::string> args) {
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
   std::vector<char*> argv;
-  for (auto& arg : args) argv.push_back(arg.data());
+  for (auto& arg : args)
+    argv.push_back(arg.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
   EXPECT_EQ(::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
@@ -68,7 +69,8 @@ CliResult quarry(std::vector<std::string> args) {
 }
 
 std::string trimmed(std::string text) {
-  while (!text.empty() && text.back() == '\n') text.pop_back();
+  while (!text.empty() && text.back() == '\n')
+    text.pop_back();
   return text;
 }
 
@@ -150,8 +152,7 @@ TEST(Cli, RunCreatesExecutesAndDestroys) {
   auto result = quarry({"sandbox", "run", "--memory", "256MiB", "--label", "cli=run", "--",
                         "python3", "-c", "b = b'x' * (512 << 20)"});
   EXPECT_EQ(result.exit_code, 137);
-  EXPECT_NE(result.err.find("Killed: command ran out of memory.\nPeak memory: "),
-            std::string::npos)
+  EXPECT_NE(result.err.find("Killed: command ran out of memory.\nPeak memory: "), std::string::npos)
       << result.err;
   EXPECT_NE(result.err.find("Sandbox limit: 256 MB"), std::string::npos);
   auto left = quarry({"sandbox", "ls", "--label", "cli=run", "--json"});
@@ -162,8 +163,8 @@ TEST(Cli, CpCopiesBothWays) {
   CliSandbox sandbox;
   auto dir = SandboxEnvironment::get().state_dir();
   std::ofstream(dir / "in.csv") << "a,b\n1,2\n";
-  auto in = quarry({"sandbox", "cp", (dir / "in.csv").string(),
-                    sandbox.id() + ":/home/sandbox/data/in.csv"});
+  auto in = quarry(
+      {"sandbox", "cp", (dir / "in.csv").string(), sandbox.id() + ":/home/sandbox/data/in.csv"});
   ASSERT_EQ(in.exit_code, 0) << in.err;
   auto converted = quarry({"sandbox", "exec", sandbox.id(), "--", "sh", "-c",
                            "tr , ';' < data/in.csv > outputs/out.csv"});
@@ -209,8 +210,7 @@ TEST(Cli, BadInputGetsAClearError) {
   std::ofstream(dir / "bad.yml") << "sandbox:\n  resources:\n    memroy: 1GiB\n";
   auto config = quarry({"--config", (dir / "bad.yml").string(), "sandbox", "ls"});
   EXPECT_EQ(config.exit_code, 1);
-  EXPECT_NE(config.err.find("bad.yml:3: sandbox.resources.memroy: unknown key"),
-            std::string::npos)
+  EXPECT_NE(config.err.find("bad.yml:3: sandbox.resources.memroy: unknown key"), std::string::npos)
       << config.err;
   auto unknown = quarry({"sandbox", "exec", "ffffffffffff", "--", "true"});
   EXPECT_EQ(unknown.exit_code, 1);

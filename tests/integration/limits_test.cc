@@ -152,3 +152,31 @@ TEST(Limits, EveryExecIsMetered) {
 
 }  // namespace
 }  // namespace quarry::testing
+
+namespace quarry::testing {
+namespace {
+
+// DuckDB, Polars and Rust read their memory and CPU limits from the cgroup filesystem; a
+// sandbox shows them its own, read-only, so DuckDB spills instead of being OOM-killed.
+TEST(Limits, ProgramsInsideSeeTheirLimits) {
+  auto spec = ScopedSandbox::default_spec();
+  spec.resources.memory_bytes = 512 * kMiB;
+  spec.resources.cpus = 1;
+  ScopedSandbox sandbox(spec);
+  auto result = python(sandbox.id(), R"py(
+import duckdb, polars
+limit, threads = duckdb.sql("select current_setting('memory_limit'), current_setting('threads')").fetchall()[0]
+print(limit, threads, polars.thread_pool_size())
+try:
+    open('/sys/fs/cgroup/memory/memory.limit_in_bytes', 'w').write('1')
+except OSError as error:
+    print(error.strerror)
+)py");
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_EQ(result->exit_code, 0) << result->stderr_text;
+  // DuckDB takes 80% of what it finds.
+  EXPECT_EQ(result->stdout_text, "409.5 MiB 1 1\nRead-only file system\n");
+}
+
+}  // namespace
+}  // namespace quarry::testing

@@ -63,6 +63,24 @@ TEST(CgroupDetection, CoMountedCpuAndCpuacctWork) {
   auto driver = make_cgroup_driver(parse_cgroup_mounts(kComountedMountinfo));
   ASSERT_TRUE(driver) << driver.error().message;
   EXPECT_EQ((*driver)->version(), "v1");
+  // Inside the sandbox the hierarchy is mounted under its own name, with an alias per
+  // controller, as systemd does.
+  auto mounts = (*driver)->sandbox_mounts();
+  ASSERT_EQ(mounts.size(), 2u);
+  EXPECT_EQ(mounts[0].target, "/sys/fs/cgroup/memory");
+  EXPECT_EQ(mounts[0].options, "memory");
+  EXPECT_EQ(mounts[1].target, "/sys/fs/cgroup/cpu,cpuacct");
+  EXPECT_EQ(mounts[1].options, "cpu,cpuacct");
+  EXPECT_EQ(mounts[1].aliases, (std::vector<std::string>{"cpu", "cpuacct"}));
+}
+
+TEST(CgroupDetection, UnifiedHostMountsOneHierarchy) {
+  auto mounts = parse_cgroup_mounts(kUnifiedMountinfo);
+  mounts[0].controllers = {"memory", "cpu", "pids"};
+  auto mounted = (*make_cgroup_driver(mounts))->sandbox_mounts();
+  ASSERT_EQ(mounted.size(), 1u);
+  EXPECT_EQ(mounted[0].type, "cgroup2");
+  EXPECT_EQ(mounted[0].target, "/sys/fs/cgroup");
 }
 
 TEST(CgroupDetection, MissingControllersAreNamed) {
@@ -141,14 +159,17 @@ TEST_F(FakeCgroupTree, V2CreateSetsLimitsAndDelegatesControllers) {
 
 TEST_F(FakeCgroupTree, V2ReadsExecCountersFromTheExecCgroup) {
   make_cgroup(root_ / "quarry/sb1/exec-1",
-              {"cgroup.procs", "memory.peak", "memory.events", "cpu.stat"},
+              {"cgroup.procs", "memory.peak", "memory.events", "cpu.stat", "memory.max", "cpu.max"},
               {{"memory.peak", "268435456\n"},
                {"memory.events", "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n"},
                {"cpu.stat", "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n"}});
   auto driver = make_cgroup_v2(root_, "quarry");
-  auto fds = driver->create_exec("sb1", "exec-1");
+  auto fds = driver->create_exec("sb1", "exec-1", {256ull << 20, 0.5, 64});
   ASSERT_TRUE(fds) << fds.error().message;
   EXPECT_EQ(fds->size(), 1u);
+  // The sandbox's limits are repeated where the exec's processes look for them.
+  EXPECT_EQ(read(root_ / "quarry/sb1/exec-1/memory.max"), std::to_string(256ull << 20));
+  EXPECT_EQ(read(root_ / "quarry/sb1/exec-1/cpu.max"), "50000 100000");
   auto counters = driver->exec_counters("sb1", "exec-1");
   ASSERT_TRUE(counters) << counters.error().message;
   EXPECT_EQ(counters->peak_memory_bytes, 268435456u);
@@ -157,7 +178,7 @@ TEST_F(FakeCgroupTree, V2ReadsExecCountersFromTheExecCgroup) {
 }
 
 TEST_F(FakeCgroupTree, V1CreateWritesEachHierarchy) {
-  CgroupV1Paths paths{root_ / "memory", root_ / "cpu", root_ / "cpuacct", root_ / "pids"};
+  CgroupV1Paths paths{root_ / "memory", root_ / "cpu", root_ / "cpuacct", root_ / "pids", {}};
   make_cgroup(paths.memory / "quarry/sb1", {"cgroup.procs", "memory.limit_in_bytes",
                                             "memory.memsw.limit_in_bytes", "memory.swappiness"});
   make_cgroup(paths.cpu / "quarry/sb1", {"cgroup.procs", "cpu.cfs_period_us", "cpu.cfs_quota_us"});
@@ -181,18 +202,23 @@ TEST_F(FakeCgroupTree, V1CreateWritesEachHierarchy) {
 }
 
 TEST_F(FakeCgroupTree, V1ExecCgroupsAreInMemoryAndCpuacct) {
-  CgroupV1Paths paths{root_ / "memory", root_ / "cpu", root_ / "cpuacct", root_ / "pids"};
-  make_cgroup(paths.memory / "quarry/sb1/exec-1",
-              {"cgroup.procs", "memory.max_usage_in_bytes", "memory.oom_control"},
-              {{"memory.max_usage_in_bytes", "1048576\n"},
-               {"memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"}});
+  CgroupV1Paths paths{root_ / "memory", root_ / "cpu", root_ / "cpuacct", root_ / "pids", {}};
+  make_cgroup(
+      paths.memory / "quarry/sb1/exec-1",
+      {"cgroup.procs", "memory.max_usage_in_bytes", "memory.oom_control", "memory.limit_in_bytes"},
+      {{"memory.max_usage_in_bytes", "1048576\n"},
+       {"memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"}});
   make_cgroup(paths.cpuacct / "quarry/sb1/exec-1", {"cgroup.procs", "cpuacct.usage"},
               {{"cpuacct.usage", "123456789\n"}});
+  make_cgroup(paths.cpu / "quarry/sb1/exec-1",
+              {"cgroup.procs", "cpu.cfs_period_us", "cpu.cfs_quota_us"});
   auto driver = make_cgroup_v1(paths, "quarry");
-  auto fds = driver->create_exec("sb1", "exec-1");
+  auto fds = driver->create_exec("sb1", "exec-1", {kGiB, 2, 64});
   ASSERT_TRUE(fds) << fds.error().message;
-  EXPECT_EQ(fds->size(), 2u);
-  EXPECT_FALSE(std::filesystem::exists(paths.cpu / "quarry/sb1/exec-1"));
+  EXPECT_EQ(fds->size(), 3u);  // memory, cpuacct, cpu
+  EXPECT_EQ(read(paths.memory / "quarry/sb1/exec-1/memory.limit_in_bytes"), std::to_string(kGiB));
+  EXPECT_EQ(read(paths.cpu / "quarry/sb1/exec-1/cpu.cfs_quota_us"), "200000");
+  EXPECT_FALSE(std::filesystem::exists(paths.pids / "quarry/sb1/exec-1"));
   auto counters = driver->exec_counters("sb1", "exec-1");
   ASSERT_TRUE(counters) << counters.error().message;
   EXPECT_EQ(counters->peak_memory_bytes, 1048576u);

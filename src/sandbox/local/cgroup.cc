@@ -93,7 +93,10 @@ Result<std::unique_ptr<CgroupDriver>> make_cgroup_driver(const std::vector<Cgrou
     }
     return {};
   };
-  CgroupV1Paths paths{v1_root("memory"), v1_root("cpu"), v1_root("cpuacct"), v1_root("pids")};
+  CgroupV1Paths paths{v1_root("memory"), v1_root("cpu"), v1_root("cpuacct"), v1_root("pids"), {}};
+  for (const auto& mount : mounts) {
+    if (!mount.unified) paths.controllers[mount.mount_point] = mount.controllers;
+  }
   std::vector<std::string_view> missing;
   if (paths.memory.empty()) missing.push_back("memory");
   if (paths.cpu.empty()) missing.push_back("cpu");

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +29,16 @@ struct CgroupLimits {
 };
 
 // Per-exec measurements read from the exec's own cgroup.
+// A cgroup filesystem that init mounts read-only inside the sandbox (in its cgroup namespace,
+// so it shows the sandbox's own subtree): programs there, such as DuckDB and Rust's
+// available_parallelism, read their memory and CPU limits from it.
+struct SandboxCgroupMount {
+  std::string type;                  // "cgroup" or "cgroup2"
+  std::string options;               // v1: the hierarchy's controllers, e.g. "cpu,cpuacct"
+  std::string target;                // e.g. /sys/fs/cgroup/memory
+  std::vector<std::string> aliases;  // symlinks beside target, e.g. cpu -> cpu,cpuacct
+};
+
 struct ExecCounters {
   uint64_t peak_memory_bytes = 0;
   uint64_t cpu_usage_ns = 0;
@@ -47,12 +58,13 @@ class CgroupDriver {
   // Moves `pid` into <sandbox>/init and makes <sandbox> ready for exec children.
   virtual Result<void> enter_init(std::string_view sandbox, pid_t pid) = 0;
 
-  // Creates <sandbox>/<exec> and returns open cgroup.procs files of it, one per hierarchy. A
+  // Creates <sandbox>/<exec> with the sandbox's limits repeated on it (so a program reading its
+  // own cgroup sees them) and returns open cgroup.procs files of it, one per hierarchy. A
   // process that writes "0" to each of them moves itself into the exec's cgroup; the files are
   // opened here, by the host, so a sandboxed process can use them without any other access to
   // the cgroup tree.
-  virtual Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox,
-                                                    std::string_view exec) = 0;
+  virtual Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox, std::string_view exec,
+                                                    const CgroupLimits& limits) = 0;
   virtual Result<ExecCounters> exec_counters(std::string_view sandbox, std::string_view exec) = 0;
   // Kills every process of the exec and removes its cgroup.
   virtual Result<void> remove_exec(std::string_view sandbox, std::string_view exec) = 0;
@@ -65,6 +77,8 @@ class CgroupDriver {
   virtual bool sandbox_exists(std::string_view sandbox) const = 0;
   // Memory charged to the sandbox now (its processes, page cache and kernel objects).
   virtual Result<uint64_t> memory_usage(std::string_view sandbox) const = 0;
+  // What init should mount at /sys/fs/cgroup inside the sandbox.
+  virtual std::vector<SandboxCgroupMount> sandbox_mounts() const = 0;
 };
 
 // A cgroup filesystem mount, as read from /proc/self/mountinfo.
@@ -90,6 +104,9 @@ Result<std::unique_ptr<CgroupDriver>> detect_cgroups(std::string_view parent = "
 std::unique_ptr<CgroupDriver> make_cgroup_v2(std::filesystem::path root, std::string parent);
 struct CgroupV1Paths {
   std::filesystem::path memory, cpu, cpuacct, pids;
+  // The controllers of each hierarchy above, by mount point: mounting a v1 hierarchy again
+  // (inside a sandbox) must name exactly its controllers.
+  std::map<std::filesystem::path, std::vector<std::string>> controllers;
 };
 std::unique_ptr<CgroupDriver> make_cgroup_v1(CgroupV1Paths roots, std::string parent);
 

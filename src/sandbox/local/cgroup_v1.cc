@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -24,8 +25,14 @@ class CgroupV1 final : public CgroupDriver {
     for (const auto& root : {roots_.memory, roots_.cpu, roots_.cpuacct, roots_.pids}) {
       if (seen.insert(root).second) hierarchies_.push_back(root);
     }
-    exec_hierarchies_.push_back(roots_.memory);
-    if (roots_.cpuacct != roots_.memory) exec_hierarchies_.push_back(roots_.cpuacct);
+    // Exec cgroups: memory and cpuacct measure the exec; memory and cpu repeat the sandbox's
+    // limits where the exec's own processes look for them.
+    for (const auto& root : {roots_.memory, roots_.cpuacct, roots_.cpu}) {
+      if (std::find(exec_hierarchies_.begin(), exec_hierarchies_.end(), root) ==
+          exec_hierarchies_.end()) {
+        exec_hierarchies_.push_back(root);
+      }
+    }
   }
 
   std::string_view version() const override { return "v1"; }
@@ -36,21 +43,7 @@ class CgroupV1 final : public CgroupDriver {
       RETURN_IF_ERROR(make_cgroup(root / parent_ / sandbox));
       RETURN_IF_ERROR(make_cgroup(root / parent_ / sandbox / "init"));
     }
-    auto memory = roots_.memory / parent_ / sandbox;
-    RETURN_IF_ERROR(
-        write_control_file(memory / "memory.limit_in_bytes", std::to_string(limits.memory_bytes)));
-    // memory+swap equal to memory means no swap; the file exists only with swap accounting.
-    if (std::filesystem::exists(memory / "memory.memsw.limit_in_bytes")) {
-      RETURN_IF_ERROR(write_control_file(memory / "memory.memsw.limit_in_bytes",
-                                         std::to_string(limits.memory_bytes)));
-    }
-    if (std::filesystem::exists(memory / "memory.swappiness")) {
-      RETURN_IF_ERROR(write_control_file(memory / "memory.swappiness", "0"));
-    }
-    auto cpu = roots_.cpu / parent_ / sandbox;
-    RETURN_IF_ERROR(write_control_file(cpu / "cpu.cfs_period_us", std::to_string(kCpuPeriodUs)));
-    auto quota = static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
-    RETURN_IF_ERROR(write_control_file(cpu / "cpu.cfs_quota_us", std::to_string(quota)));
+    RETURN_IF_ERROR(set_limits(std::filesystem::path(parent_) / sandbox, limits));
     return write_control_file(roots_.pids / parent_ / sandbox / "pids.max",
                               std::to_string(limits.pids));
   }
@@ -71,12 +64,15 @@ class CgroupV1 final : public CgroupDriver {
     return {};
   }
 
-  Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox,
-                                            std::string_view exec) override {
+  Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox, std::string_view exec,
+                                            const CgroupLimits& limits) override {
+    for (const auto& root : exec_hierarchies_) {
+      RETURN_IF_ERROR(make_cgroup(root / parent_ / sandbox / exec));
+    }
+    RETURN_IF_ERROR(set_limits(std::filesystem::path(parent_) / sandbox / exec, limits));
     std::vector<UniqueFd> fds;
     for (const auto& root : exec_hierarchies_) {
       auto dir = root / parent_ / sandbox / exec;
-      RETURN_IF_ERROR(make_cgroup(dir));
       UniqueFd procs(::open((dir / "cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
       if (!procs) return errno_error("open '{}'", (dir / "cgroup.procs").string());
       fds.push_back(std::move(procs));
@@ -125,6 +121,25 @@ class CgroupV1 final : public CgroupDriver {
     return cgroup_files::read_number(roots_.memory / parent_ / sandbox / "memory.usage_in_bytes");
   }
 
+  std::vector<SandboxCgroupMount> sandbox_mounts() const override {
+    // The hierarchies that hold the limits programs look for: memory and cpu.
+    std::vector<SandboxCgroupMount> mounts;
+    for (const auto& root : {roots_.memory, roots_.cpu}) {
+      auto found = roots_.controllers.find(root);
+      if (found == roots_.controllers.end()) continue;
+      std::string name = fmt::format("{}", fmt::join(found->second, ","));
+      SandboxCgroupMount mount{"cgroup", name, "/sys/fs/cgroup/" + name, {}};
+      for (const auto& controller : found->second) {
+        if (controller != name) mount.aliases.push_back(controller);
+      }
+      if (std::none_of(mounts.begin(), mounts.end(),
+                       [&](const auto& m) { return m.target == mount.target; })) {
+        mounts.push_back(std::move(mount));
+      }
+    }
+    return mounts;
+  }
+
   bool sandbox_exists(std::string_view sandbox) const override {
     for (const auto& root : hierarchies_) {
       if (std::filesystem::exists(root / parent_ / sandbox)) return true;
@@ -133,6 +148,25 @@ class CgroupV1 final : public CgroupDriver {
   }
 
  private:
+  // Memory without swap and the CPU quota on `relative` (a path below each hierarchy's root).
+  Result<void> set_limits(const std::filesystem::path& relative, const CgroupLimits& limits) {
+    auto memory = roots_.memory / relative;
+    RETURN_IF_ERROR(
+        write_control_file(memory / "memory.limit_in_bytes", std::to_string(limits.memory_bytes)));
+    // memory+swap equal to memory means no swap; the file exists only with swap accounting.
+    if (std::filesystem::exists(memory / "memory.memsw.limit_in_bytes")) {
+      RETURN_IF_ERROR(write_control_file(memory / "memory.memsw.limit_in_bytes",
+                                         std::to_string(limits.memory_bytes)));
+    }
+    if (std::filesystem::exists(memory / "memory.swappiness")) {
+      RETURN_IF_ERROR(write_control_file(memory / "memory.swappiness", "0"));
+    }
+    auto cpu = roots_.cpu / relative;
+    RETURN_IF_ERROR(write_control_file(cpu / "cpu.cfs_period_us", std::to_string(kCpuPeriodUs)));
+    auto quota = static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
+    return write_control_file(cpu / "cpu.cfs_quota_us", std::to_string(quota));
+  }
+
   static Result<void> make_cgroup(const std::filesystem::path& dir) {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
       return errno_error("mkdir '{}'", dir.string());

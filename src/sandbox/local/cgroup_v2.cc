@@ -26,13 +26,7 @@ class CgroupV2 final : public CgroupDriver {
     RETURN_IF_ERROR(ensure_parent());
     auto dir = sandbox_dir(sandbox);
     RETURN_IF_ERROR(make_cgroup(dir));
-    RETURN_IF_ERROR(write_control_file(dir / "memory.max", std::to_string(limits.memory_bytes)));
-    // No swap: without this a memory-hungry exec would crawl in swap instead of being told.
-    if (std::filesystem::exists(dir / "memory.swap.max")) {
-      RETURN_IF_ERROR(write_control_file(dir / "memory.swap.max", "0"));
-    }
-    auto quota = static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
-    RETURN_IF_ERROR(write_control_file(dir / "cpu.max", fmt::format("{} {}", quota, kCpuPeriodUs)));
+    RETURN_IF_ERROR(set_limits(dir, limits));
     RETURN_IF_ERROR(write_control_file(dir / "pids.max", std::to_string(limits.pids)));
     return make_cgroup(dir / "init");
   }
@@ -49,10 +43,11 @@ class CgroupV2 final : public CgroupDriver {
     return write_control_file(dir / "cgroup.subtree_control", kControllers);
   }
 
-  Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox,
-                                            std::string_view exec) override {
+  Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox, std::string_view exec,
+                                            const CgroupLimits& limits) override {
     auto dir = sandbox_dir(sandbox) / exec;
     RETURN_IF_ERROR(make_cgroup(dir));
+    RETURN_IF_ERROR(set_limits(dir, limits));
     UniqueFd procs(::open((dir / "cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
     if (!procs) return errno_error("open '{}'", (dir / "cgroup.procs").string());
     std::vector<UniqueFd> fds;
@@ -92,12 +87,27 @@ class CgroupV2 final : public CgroupDriver {
     return cgroup_files::read_number(sandbox_dir(sandbox) / "memory.current");
   }
 
+  std::vector<SandboxCgroupMount> sandbox_mounts() const override {
+    return {{"cgroup2", "", "/sys/fs/cgroup", {}}};
+  }
+
   bool sandbox_exists(std::string_view sandbox) const override {
     return std::filesystem::exists(sandbox_dir(sandbox));
   }
 
  private:
   std::filesystem::path sandbox_dir(std::string_view sandbox) const { return parent_ / sandbox; }
+
+  // Memory without swap and the CPU quota.
+  static Result<void> set_limits(const std::filesystem::path& dir, const CgroupLimits& limits) {
+    RETURN_IF_ERROR(write_control_file(dir / "memory.max", std::to_string(limits.memory_bytes)));
+    // No swap: without this a memory-hungry exec would crawl in swap instead of being told.
+    if (std::filesystem::exists(dir / "memory.swap.max")) {
+      RETURN_IF_ERROR(write_control_file(dir / "memory.swap.max", "0"));
+    }
+    auto quota = static_cast<uint64_t>(std::llround(limits.cpus * kCpuPeriodUs));
+    return write_control_file(dir / "cpu.max", fmt::format("{} {}", quota, kCpuPeriodUs));
+  }
 
   static Result<void> make_cgroup(const std::filesystem::path& dir) {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {

@@ -243,6 +243,9 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   setup.directories = {config_.data_dir, config_.output_dir};
   setup.seccomp_filter = seccomp_;
   setup.max_processes = spec.resources.pids;
+  for (const auto& mount : cgroups_->sandbox_mounts()) {
+    setup.cgroup_mounts.push_back({mount.type, mount.options, mount.target, mount.aliases});
+  }
   for (const auto& path : {setup.lower_dir, setup.upper_dir, setup.work_dir}) {
     if (path.find_first_of(",:") != std::string::npos) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -338,7 +341,10 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
   // Each exec gets its own cgroup under the sandbox: its peak memory, OOM kills and CPU time
   // are its own, and killing it on timeout kills everything it started.
   const std::string exec_name = fmt::format("exec-{}-{}", ::getpid(), exec_counter_++);
-  ASSIGN_OR_RETURN(auto procs, cgroups_->create_exec(id, exec_name));
+  const auto& resources = sandbox.record.resources;
+  ASSIGN_OR_RETURN(auto procs,
+                   cgroups_->create_exec(id, exec_name,
+                                         {resources.memory_bytes, resources.cpus, resources.pids}));
   struct RemoveExec {
     CgroupDriver& cgroups;
     std::string_view sandbox;

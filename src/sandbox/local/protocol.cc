@@ -116,6 +116,13 @@ Result<Message> receive(int socket) {
 }
 
 nlohmann::json to_json(const Setup& setup) {
+  nlohmann::json cgroup_mounts = nlohmann::json::array();
+  for (const auto& mount : setup.cgroup_mounts) {
+    cgroup_mounts.push_back({{"type", mount.type},
+                             {"options", mount.options},
+                             {"target", mount.target},
+                             {"aliases", mount.aliases}});
+  }
   return {
       {"type", "setup"},
       {"root_dir", setup.root_dir},
@@ -131,6 +138,7 @@ nlohmann::json to_json(const Setup& setup) {
       {"directories", setup.directories},
       {"seccomp_filter", setup.seccomp_filter},
       {"max_processes", setup.max_processes},
+      {"cgroup_mounts", cgroup_mounts},
   };
 }
 
@@ -150,6 +158,10 @@ Result<Setup> setup_from_json(const nlohmann::json& body) {
     body.at("directories").get_to(setup.directories);
     body.at("seccomp_filter").get_to(setup.seccomp_filter);
     body.at("max_processes").get_to(setup.max_processes);
+    for (const auto& mount : body.at("cgroup_mounts")) {
+      setup.cgroup_mounts.push_back(
+          {mount.at("type"), mount.at("options"), mount.at("target"), mount.at("aliases")});
+    }
     return setup;
   } catch (const nlohmann::json::exception& error) {
     return make_error(ErrorCode::kInternal, "bad setup message: {}", error.what());

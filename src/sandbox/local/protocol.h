@@ -37,6 +37,14 @@ Result<void> send(int socket, const nlohmann::json& body, std::span<const int> f
 // Receives one frame. A peer that closed cleanly before a new frame gives kUnavailable.
 Result<Message> receive(int socket);
 
+// A cgroup filesystem to mount read-only inside (see SandboxCgroupMount in cgroup.h).
+struct CgroupMount {
+  std::string type;
+  std::string options;
+  std::string target;
+  std::vector<std::string> aliases;
+};
+
 // The setup message: everything init needs to build the sandbox.
 struct Setup {
   std::string root_dir;        // empty directory to mount the root filesystem on
@@ -49,9 +57,10 @@ struct Setup {
   uint32_t group_id = 1000;
   uint32_t host_id_base = 0;  // host uid/gid that inside uid/gid 0 maps to
   std::string home;
-  std::vector<std::string> directories;  // made and given to the sandbox user
-  std::vector<uint8_t> seccomp_filter;   // struct sock_filter[], applied before serving
-  uint32_t max_processes = 0;            // RLIMIT_NPROC for commands
+  std::vector<std::string> directories;    // made and given to the sandbox user
+  std::vector<uint8_t> seccomp_filter;     // struct sock_filter[], applied before serving
+  uint32_t max_processes = 0;              // RLIMIT_NPROC for commands
+  std::vector<CgroupMount> cgroup_mounts;  // at /sys/fs/cgroup, read-only
 };
 
 nlohmann::json to_json(const Setup& setup);

@@ -42,9 +42,15 @@ constexpr Device kDevices[] = {
     {"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9},
 };
 
-Result<void> make_dev(const std::string& dev) {
-  RETURN_IF_ERROR(
-      mount_fs("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"));
+// Everything init creates belongs to the sandbox's root (host id `owner`), as the image does.
+Result<void> give_to_root(const std::string& path, uid_t owner) {
+  if (::lchown(path.c_str(), owner, owner) != 0) return errno_error("lchown('{}')", path);
+  return {};
+}
+
+Result<void> make_dev(const std::string& dev, uid_t owner) {
+  RETURN_IF_ERROR(mount_fs("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC,
+                           fmt::format("mode=0755,size=64k,nr_inodes=64,uid={0},gid={0}", owner)));
   for (const Device& device : kDevices) {
     std::string path = dev + "/" + device.name;
     if (::mknod(path.c_str(), S_IFCHR | 0666, makedev(device.major, device.minor)) != 0) {
@@ -52,6 +58,7 @@ Result<void> make_dev(const std::string& dev) {
     }
     // mknod applies the umask; the nodes must be usable by the sandbox user.
     if (::chmod(path.c_str(), 0666) != 0) return errno_error("chmod('{}')", path);
+    RETURN_IF_ERROR(give_to_root(path, owner));
   }
   const std::pair<const char*, const char*> links[] = {
       {"/proc/self/fd", "fd"},
@@ -62,12 +69,48 @@ Result<void> make_dev(const std::string& dev) {
   for (const auto& [target, name] : links) {
     std::string path = dev + "/" + name;
     if (::symlink(target, path.c_str()) != 0) return errno_error("symlink('{}')", path);
+    RETURN_IF_ERROR(give_to_root(path, owner));
   }
   // Python's multiprocessing and some libraries need POSIX shared memory. Its pages are
   // charged to the sandbox's memory limit like any other memory.
   RETURN_IF_ERROR(make_dir(dev + "/shm", 01777));
   return mount_fs("tmpfs", dev + "/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                  "mode=1777,size=256m");
+                  fmt::format("mode=1777,size=256m,uid={0},gid={0}", owner));
+}
+
+// The sandbox's own cgroups, read-only, so programs can read their limits. Runs inside the
+// cgroup namespace, where each hierarchy's root is the sandbox's cgroup.
+Result<void> mount_cgroups(const std::string& root, const protocol::Setup& setup) {
+  if (setup.cgroup_mounts.empty()) return {};
+  for (const char* dir : {"/sys", "/sys/fs", "/sys/fs/cgroup"}) {
+    RETURN_IF_ERROR(make_dir(root + dir, 0755));
+    RETURN_IF_ERROR(give_to_root(root + dir, setup.host_id_base));
+  }
+  const unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+  const auto& mounts = setup.cgroup_mounts;
+  if (mounts.size() == 1 && mounts[0].target == "/sys/fs/cgroup") {
+    return mount_fs(mounts[0].type.c_str(), root + mounts[0].target, mounts[0].type.c_str(), flags,
+                    mounts[0].options);
+  }
+  // v1: a small directory of mount points, made read-only once they are in place.
+  const std::string base = root + "/sys/fs/cgroup";
+  RETURN_IF_ERROR(
+      mount_fs("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+               fmt::format("mode=0755,size=16k,nr_inodes=32,uid={0},gid={0}", setup.host_id_base)));
+  for (const auto& mount : mounts) {
+    RETURN_IF_ERROR(make_dir(root + mount.target, 0555));
+    RETURN_IF_ERROR(give_to_root(root + mount.target, setup.host_id_base));
+    RETURN_IF_ERROR(mount_fs(mount.type.c_str(), root + mount.target, mount.type.c_str(), flags,
+                             mount.options));
+    const std::string name = std::filesystem::path(mount.target).filename().string();
+    for (const auto& alias : mount.aliases) {
+      std::string link = base + "/" + alias;
+      if (::symlink(name.c_str(), link.c_str()) != 0) return errno_error("symlink('{}')", link);
+      RETURN_IF_ERROR(give_to_root(link, setup.host_id_base));
+    }
+  }
+  return mount_fs(nullptr, base, nullptr,
+                  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
 }
 
 }  // namespace
@@ -83,7 +126,8 @@ Result<void> mount_root_filesystem(const protocol::Setup& setup) {
   RETURN_IF_ERROR(make_dir(root + "/proc", 0555));
   RETURN_IF_ERROR(mount_fs("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, ""));
   RETURN_IF_ERROR(make_dir(root + "/dev", 0755));
-  RETURN_IF_ERROR(make_dev(root + "/dev"));
+  RETURN_IF_ERROR(make_dev(root + "/dev", setup.host_id_base));
+  RETURN_IF_ERROR(mount_cgroups(root, setup));
   RETURN_IF_ERROR(make_dir(root + "/tmp", 01777));
   if (::chmod((root + "/tmp").c_str(), 01777) != 0) return errno_error("chmod('{}/tmp')", root);
   return {};
