@@ -2,13 +2,20 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 
 #include "cli/context.h"
 
 namespace quarry::cli {
 
-// Each adds its subcommands to `app`; the callbacks set `exit_code`.
-void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code);
-void add_image_commands(CLI::App& app, Context& context, int& exit_code);
+// A group of subcommands. It holds the options CLI11 parses into, so it must outlive
+// app.parse(); its callbacks set `exit_code`.
+class CommandGroup {
+ public:
+  virtual ~CommandGroup() = default;
+};
+
+std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& context, int& exit_code);
+std::unique_ptr<CommandGroup> add_image_commands(CLI::App& app, Context& context, int& exit_code);
 
 }  // namespace quarry::cli

@@ -8,11 +8,22 @@
 
 namespace quarry::cli {
 
-void add_image_commands(CLI::App& app, Context& context, int& exit_code) {
+namespace {
+
+// What the image subcommands parse into.
+struct ImageOptions final : CommandGroup {
+  bool force = false;
+  bool json = false;
+};
+
+}  // namespace
+
+std::unique_ptr<CommandGroup> add_image_commands(CLI::App& app, Context& context, int& exit_code) {
+  auto options = std::make_unique<ImageOptions>();
+  auto& [force, json] = *options;
   auto* group = app.add_subcommand("image", "build and list sandbox images");
   group->require_subcommand(1);
 
-  static bool force = false;
   auto* build = group->add_subcommand(
       "build", "build the sandbox image for this configuration (cached by its definition)");
   build->add_flag("--force", force, "rebuild even if a cached image exists");
@@ -28,7 +39,6 @@ void add_image_commands(CLI::App& app, Context& context, int& exit_code) {
     std::cout << image->hash << std::endl;
   });
 
-  static bool json = false;
   auto* ls = group->add_subcommand("ls", "list built images");
   ls->add_flag("--json", json, "print a JSON array of image manifests");
   ls->callback([&] {
@@ -54,6 +64,7 @@ void add_image_commands(CLI::App& app, Context& context, int& exit_code) {
                     ","));
     }
   });
+  return options;
 }
 
 }  // namespace quarry::cli

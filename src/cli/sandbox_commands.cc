@@ -231,12 +231,29 @@ int copy(sandbox::SandboxProvider& provider, const std::string& from, const std:
 
 }  // namespace
 
-void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code) {
+// What the sandbox subcommands parse into.
+struct SandboxOptions final : CommandGroup {
+  ResourceFlags create_flags;
+  ExecFlags exec_flags;
+  std::string exec_id;
+  ResourceFlags run_resources;
+  ExecFlags run_flags;
+  std::string cp_from, cp_to;
+  std::vector<std::string> ls_labels;
+  bool ls_json = false;
+  std::vector<std::string> rm_ids;
+  bool rm_all = false;
+};
+
+std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& context,
+                                                   int& exit_code) {
+  auto options = std::make_unique<SandboxOptions>();
+  auto& [create_flags, exec_flags, exec_id, run_resources, run_flags, cp_from, cp_to, ls_labels,
+         ls_json, rm_ids, rm_all] = *options;
   auto* group = app.add_subcommand("sandbox", "create, use and remove sandboxes");
   group->require_subcommand(1);
 
   // create
-  static ResourceFlags create_flags;
   auto* create = group->add_subcommand("create", "create a sandbox and print its id");
   add_resource_flags(create, create_flags);
   create->callback([&] {
@@ -250,8 +267,6 @@ void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code) {
   });
 
   // exec
-  static ExecFlags exec_flags;
-  static std::string exec_id;
   auto* exec = group->add_subcommand("exec", "run a command in a sandbox");
   exec->add_option("id", exec_id, "sandbox id")->required();
   add_exec_flags(exec, exec_flags);
@@ -263,8 +278,6 @@ void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code) {
   });
 
   // run
-  static ResourceFlags run_resources;
-  static ExecFlags run_flags;
   auto* run = group->add_subcommand("run", "create a sandbox, run one command, destroy it");
   add_resource_flags(run, run_resources);
   add_exec_flags(run, run_flags);
@@ -283,7 +296,6 @@ void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code) {
   });
 
   // cp
-  static std::string cp_from, cp_to;
   auto* cp = group->add_subcommand(
       "cp", "copy a file into or out of a sandbox: cp FILE ID:/path or cp ID:/path FILE");
   cp->add_option("from", cp_from, "source")->required();
@@ -295,8 +307,6 @@ void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code) {
   });
 
   // ls
-  static std::vector<std::string> ls_labels;
-  static bool ls_json = false;
   auto* ls = group->add_subcommand("ls", "list sandboxes");
   ls->add_option("--label", ls_labels, "only sandboxes with label KEY=VALUE (repeatable)")
       ->allow_extra_args(false);
@@ -338,8 +348,6 @@ void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code) {
   });
 
   // rm
-  static std::vector<std::string> rm_ids;
-  static bool rm_all = false;
   auto* rm = group->add_subcommand("rm", "destroy sandboxes: rm ID... or rm --all");
   rm->add_option("ids", rm_ids, "sandbox ids");
   rm->add_flag("--all", rm_all, "destroy every sandbox");
@@ -365,6 +373,7 @@ void add_sandbox_commands(CLI::App& app, Context& context, int& exit_code) {
       }
     }
   });
+  return options;
 }
 
 }  // namespace quarry::cli

@@ -117,6 +117,7 @@ Result<SandboxDirectory> fill_subvolume(const std::filesystem::path& dir, uint64
   if (::ioctl(subvolume.get(), BTRFS_IOC_QGROUP_LIMIT, &limit) != 0) {
     return errno_error("limiting subvolume '{}' to {} bytes", dir.string(), limit_bytes);
   }
+  if (::chmod(dir.c_str(), 0700) != 0) return errno_error("chmod '{}'", dir.string());
   SandboxDirectory made{dir, dir / "upper", dir / "work", lookup.treeid};
   // upper/ is the root directory of the sandbox's filesystem: it must look like the image's
   // root (owned by the sandbox's root, 0755).
@@ -154,6 +155,9 @@ Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir
   if (!std::filesystem::exists(backing)) RETURN_IF_ERROR(make_backing_file(backing, volume_bytes));
   RETURN_IF_ERROR(loop_mount(backing, mount_point));
   RETURN_IF_ERROR(enable_quota(mount_point));
+  // Sandboxes hold the data exported into them: no other host user may look in.
+  if (::chmod(mount_point.c_str(), 0700) != 0)
+    return errno_error("chmod '{}'", mount_point.string());
   return SandboxVolume(mount_point);
 }
 
