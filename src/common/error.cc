@@ -20,6 +20,8 @@ std::string_view to_string(ErrorCode code) {
       return "unavailable";
     case ErrorCode::kDeadlineExceeded:
       return "deadline_exceeded";
+    case ErrorCode::kAborted:
+      return "aborted";
     case ErrorCode::kCancelled:
       return "cancelled";
     case ErrorCode::kInternal:

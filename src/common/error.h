@@ -22,6 +22,7 @@ enum class ErrorCode {
   kResourceExhausted,   // a limit was reached (memory, disk, pids, quota)
   kUnavailable,         // transient: the peer is gone or busy; retrying may help
   kDeadlineExceeded,    // a timeout expired
+  kAborted,             // conflicted with a concurrent operation; retry when it is done
   kCancelled,           // the caller gave up (e.g. Ctrl-C)
   kInternal,            // a bug or an unexpected system failure
 };

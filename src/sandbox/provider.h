@@ -49,7 +49,7 @@ struct ExecRequest {
   std::chrono::milliseconds timeout{120'000};  // the whole process tree is killed after it
   uint64_t output_limit = 1 << 20;             // bytes of stdout and of stderr kept, each
   // Called with output as it arrives (all of it, even past output_limit). Optional.
-  std::function<void(OutputStream, std::string_view)> on_output;
+  std::function<void(OutputStream, std::string_view)> on_output{};
   // A descriptor that becomes readable when the caller wants the command stopped (e.g. a
   // signalfd for SIGINT); -1 for none. The exec then fails with kCancelled.
   int cancel_fd = -1;

@@ -2,6 +2,7 @@
 
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -105,6 +106,16 @@ std::vector<pid_t> host_processes_of(std::string_view id) {
     if (cgroups && cgroups->find(needle) != std::string::npos) pids.push_back(std::stoi(name));
   }
   return pids;
+}
+
+void reap_orphaned_inits() {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto stat = read_file(entry.path() / "stat");
+    if (!stat || stat->find("(quarry-init) Z ") == std::string::npos) continue;
+    ::waitpid(std::stoi(name), nullptr, WNOHANG);
+  }
 }
 
 }  // namespace quarry::testing

@@ -52,4 +52,8 @@ class ScopedSandbox {
 // Host pids whose cgroup (in any hierarchy) is under quarry/<id>, read from /proc.
 std::vector<pid_t> host_processes_of(std::string_view id);
 
+// Reaps sandbox inits re-parented to this process (a subreaper) after their creator died and
+// another process destroyed them.
+void reap_orphaned_inits();
+
 }  // namespace quarry::testing

@@ -1,0 +1,338 @@
+#include "conversation/conversation_manager.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <random>
+#include <sstream>
+
+#include "common/units.h"
+
+namespace quarry::conversation {
+namespace {
+
+using enum SandboxLifecycle;
+
+std::string random_id() {
+  std::random_device random;
+  uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
+  return fmt::format("{:012x}", bits & 0xffffffffffffULL);
+}
+
+SandboxLifecycle state_of(const SandboxReference& reference) {
+  // A reference written by a newer quarry, or damaged: treat its sandbox as gone.
+  return lifecycle_from_string(reference.state).value_or(kDead);
+}
+
+// "python3 -c 'print(1)'": argv as a shell would show it, for the exec log.
+std::string command_line(const std::vector<std::string>& argv) {
+  std::string line;
+  for (const auto& arg : argv) {
+    if (!line.empty()) line += ' ';
+    const bool plain = !arg.empty() && arg.find_first_not_of(
+                                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                           "0123456789-_./=:,+@%") == std::string::npos;
+    if (plain) {
+      line += arg;
+      continue;
+    }
+    line += '\'';
+    for (char c : arg)
+      line += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    line += '\'';
+  }
+  return line;
+}
+
+// What the agent is told when its files did not survive.
+std::string replacement_notice(SandboxLifecycle previous, const std::vector<std::string>& files,
+                               std::chrono::milliseconds idle_timeout) {
+  std::string why = previous == kDead ? "the previous one stopped"
+                                      : fmt::format(
+                                            "the previous one was deleted (idle for "
+                                            "more than {}, or the server restarted)",
+                                            format_duration(idle_timeout));
+  std::string text = fmt::format("Note: this runs in a new sandbox; {}.", why);
+  if (files.empty()) return text + " Files created there earlier are gone.";
+  return text + fmt::format(" Files written there earlier are gone and must be created again: {}.",
+                            fmt::join(files, ", "));
+}
+
+}  // namespace
+
+ConversationManager::ConversationManager(sandbox::SandboxProvider& provider, HistoryStore& history,
+                                         const Clock& clock, ManagerOptions options)
+    : provider_(provider),
+      history_(history),
+      clock_(clock),
+      options_(std::move(options)),
+      boot_id_(random_id()) {}
+
+Result<void> ConversationManager::record(std::string_view conversation_id, int turn,
+                                         std::string_view kind, std::string_view sandbox_id,
+                                         std::string_view reason, nlohmann::json details) {
+  Event event;
+  event.turn = turn;
+  event.kind = std::string(kind);
+  event.sandbox_id = std::string(sandbox_id);
+  event.reason = std::string(reason);
+  event.details = std::move(details);
+  ASSIGN_OR_RETURN(auto recorded, history_.record_event(conversation_id, std::move(event)));
+  return {};
+}
+
+Result<void> ConversationManager::move(std::string_view conversation_id, int turn,
+                                       SandboxReference& reference, SandboxLifecycle to,
+                                       std::string_view reason) {
+  const SandboxLifecycle from = state_of(reference);
+  RETURN_IF_ERROR(check_transition(from, to));
+  reference.state = std::string(to_string(to));
+  RETURN_IF_ERROR(history_.set_sandbox_reference(conversation_id, reference));
+  return record(conversation_id, turn, "state", reference.sandbox_id, reason,
+                {{"from", to_string(from)}, {"to", to_string(to)}});
+}
+
+Result<std::unique_ptr<Turn>> ConversationManager::begin_turn(std::string_view conversation_id) {
+  // Existence first, so an unknown id is "not found" rather than a lock file.
+  ASSIGN_OR_RETURN(auto conversation, history_.conversation(conversation_id));
+  ASSIGN_OR_RETURN(auto lock, history_.try_lock_turn(conversation.id));
+  ASSIGN_OR_RETURN(int number, history_.begin_turn(conversation.id));
+  TurnContext context;
+  context.conversation_id = conversation.id;
+  context.number = number;
+  ASSIGN_OR_RETURN(context.reference, history_.sandbox_reference(conversation.id));
+  return std::unique_ptr<Turn>(new Turn(*this, std::move(lock), std::move(context)));
+}
+
+Result<std::string> ConversationManager::acquire(TurnContext& turn) {
+  auto& reference = turn.reference;
+  const std::string& conversation = turn.conversation_id;
+  SandboxLifecycle state = state_of(reference);
+  if (state == kBusy) return reference.sandbox_id;
+
+  if (holds_sandbox(state)) {
+    auto alive = provider_.is_alive(reference.sandbox_id);
+    if (!alive && alive.error().code != ErrorCode::kNotFound) {
+      return std::unexpected(alive.error().with_context("checking the conversation's sandbox"));
+    }
+    if (alive && *alive) {
+      RETURN_IF_ERROR(move(conversation, turn.number, reference, kBusy, ""));
+      return reference.sandbox_id;
+    }
+    // Killed, crashed or deleted behind our back: drop it, remove what is left of it.
+    RETURN_IF_ERROR(move(conversation, turn.number, reference, kDead, "found stopped"));
+    (void)provider_.destroy(reference.sandbox_id);
+    RETURN_IF_ERROR(
+        record(conversation, turn.number, "sandbox_deleted", reference.sandbox_id, "dead"));
+    state = kDead;
+  } else if (state == kStarting) {
+    // A process died while creating it; whatever it made is not to be trusted.
+    RETURN_IF_ERROR(move(conversation, turn.number, reference, kDead, "creation interrupted"));
+    if (!reference.sandbox_id.empty()) (void)provider_.destroy(reference.sandbox_id);
+    state = kDead;
+  }
+
+  // new, deleted or dead: a new sandbox.
+  const SandboxLifecycle previous = state;
+  const std::string previous_id = reference.sandbox_id;
+  const std::vector<std::string> lost_files = reference.files;
+  RETURN_IF_ERROR(move(conversation, turn.number, reference, kStarting, ""));
+  sandbox::SandboxSpec spec = options_.spec;
+  spec.labels[std::string(kInstanceLabel)] = options_.instance_id;
+  spec.labels[std::string(kBootLabel)] = boot_id_;
+  spec.labels[std::string(kConversationLabel)] = conversation;
+  auto created = provider_.create(spec);
+  if (!created) {
+    reference.sandbox_id.clear();
+    (void)move(conversation, turn.number, reference, kDead, "creation failed");
+    return std::unexpected(created.error().with_context("starting a sandbox"));
+  }
+  reference.sandbox_id = created->id;
+  reference.files.clear();
+  RETURN_IF_ERROR(history_.set_sandbox_reference(conversation, reference));
+  if (auto prepared = provider_.prepare(created->id, options_.prepare); !prepared) {
+    (void)provider_.destroy(created->id);
+    (void)move(conversation, turn.number, reference, kDead, "preparation failed");
+    return std::unexpected(prepared.error().with_context("preparing a sandbox"));
+  }
+  RETURN_IF_ERROR(move(conversation, turn.number, reference, kAssigned, ""));
+  RETURN_IF_ERROR(record(conversation, turn.number, "sandbox_ready", created->id, ""));
+  if (previous == kDead || (previous == kDeleted && !previous_id.empty())) {
+    if (previous == kDead) {
+      RETURN_IF_ERROR(record(conversation, turn.number, "sandbox_replaced", created->id, "dead",
+                             {{"previous", previous_id}, {"lost_files", lost_files}}));
+    }
+    turn.notice = replacement_notice(previous, lost_files, options_.idle_timeout);
+  }
+  RETURN_IF_ERROR(move(conversation, turn.number, reference, kBusy, ""));
+  return reference.sandbox_id;
+}
+
+void ConversationManager::mark_dead(TurnContext& turn, std::string_view why) {
+  auto& reference = turn.reference;
+  if (!move(turn.conversation_id, turn.number, reference, kDead, why)) return;
+  (void)provider_.destroy(reference.sandbox_id);
+  (void)record(turn.conversation_id, turn.number, "sandbox_deleted", reference.sandbox_id, "dead");
+}
+
+void ConversationManager::end_turn(TurnContext& turn) {
+  if (state_of(turn.reference) != kBusy) return;
+  turn.reference.last_used_at = clock_.now();
+  if (auto moved = move(turn.conversation_id, turn.number, turn.reference, kIdle, ""); !moved) {
+    spdlog::warn("conversation {}: could not record the end of turn {}: {}", turn.conversation_id,
+                 turn.number, moved.error().message);
+  }
+}
+
+Result<bool> ConversationManager::delete_between_turns(
+    const std::string& conversation_id, const std::string& sandbox_id, std::string_view reason,
+    const std::function<bool(const SandboxReference&)>& still) {
+  auto lock = history_.try_lock_turn(conversation_id);
+  if (!lock) {
+    if (lock.error().code == ErrorCode::kAborted) return false;  // a turn is using it
+    return std::unexpected(lock.error());
+  }
+  // Read again under the lock: the reference may have moved on since it was listed.
+  ASSIGN_OR_RETURN(auto reference, history_.sandbox_reference(conversation_id));
+  if (reference.sandbox_id != sandbox_id || !still(reference)) return false;
+  if (auto destroyed = provider_.destroy(sandbox_id);
+      !destroyed && destroyed.error().code != ErrorCode::kNotFound) {
+    return std::unexpected(destroyed.error());
+  }
+  ASSIGN_OR_RETURN(auto conversation, history_.conversation(conversation_id));
+  const SandboxLifecycle state = state_of(reference);
+  const SandboxLifecycle to = state == kStarting ? kDead : kDeleted;
+  RETURN_IF_ERROR(move(conversation_id, conversation.turns, reference, to, reason));
+  RETURN_IF_ERROR(
+      record(conversation_id, conversation.turns, "sandbox_deleted", sandbox_id, reason));
+  return true;
+}
+
+Result<int> ConversationManager::reap_idle() {
+  ASSIGN_OR_RETURN(auto references, history_.sandbox_references());
+  const auto now = clock_.now();
+  auto expired = [&](const SandboxReference& reference) {
+    return state_of(reference) == kIdle && reference.last_used_at &&
+           now - *reference.last_used_at >= options_.idle_timeout;
+  };
+  int deleted = 0;
+  for (const auto& [conversation_id, reference] : references) {
+    if (!expired(reference)) continue;
+    ASSIGN_OR_RETURN(bool done,
+                     delete_between_turns(conversation_id, reference.sandbox_id, "idle", expired));
+    deleted += done;
+  }
+  return deleted;
+}
+
+Result<int> ConversationManager::shutdown() {
+  ASSIGN_OR_RETURN(auto references, history_.sandbox_references());
+  auto held = [](const SandboxReference& reference) {
+    return holds_sandbox(state_of(reference)) || state_of(reference) == kStarting;
+  };
+  int deleted = 0;
+  for (const auto& [conversation_id, reference] : references) {
+    if (!held(reference) || reference.sandbox_id.empty()) continue;
+    ASSIGN_OR_RETURN(bool done,
+                     delete_between_turns(conversation_id, reference.sandbox_id, "shutdown", held));
+    deleted += done;
+  }
+  return deleted;
+}
+
+Result<int> ConversationManager::destroy_orphans() {
+  ASSIGN_OR_RETURN(auto found,
+                   provider_.find({{std::string(kInstanceLabel), options_.instance_id}}));
+  int destroyed = 0;
+  for (const auto& info : found) {
+    auto boot = info.labels.find(std::string(kBootLabel));
+    if (boot != info.labels.end() && boot->second == boot_id_) continue;
+    auto conversation = info.labels.find(std::string(kConversationLabel));
+    if (conversation != info.labels.end() && history_.conversation(conversation->second)) {
+      auto any = [](const SandboxReference&) { return true; };
+      auto done = delete_between_turns(conversation->second, info.id, "orphan", any);
+      if (!done) return std::unexpected(done.error());
+      if (*done) {
+        ++destroyed;
+        continue;
+      }
+      // In a turn of another live process, or no longer the conversation's sandbox.
+      if (auto reference = history_.sandbox_reference(conversation->second);
+          reference && reference->sandbox_id == info.id) {
+        continue;
+      }
+    }
+    // A sandbox no conversation refers to: nothing to record, just remove it.
+    if (auto removed = provider_.destroy(info.id); removed) ++destroyed;
+  }
+  return destroyed;
+}
+
+Turn::Turn(ConversationManager& manager, std::unique_ptr<TurnLock> lock, TurnContext context)
+    : manager_(manager),
+      lock_(std::move(lock)),
+      context_(std::move(context)),
+      sandbox_(manager, context_) {}
+
+Turn::~Turn() {
+  manager_.end_turn(context_);
+}
+
+Result<void> LazySandbox::write_file(std::string_view path, std::istream& content) {
+  ASSIGN_OR_RETURN(std::string id, manager_.acquire(turn_));
+  auto written = manager_.provider_.write_file(id, path, content);
+  if (!written) {
+    if (written.error().code == ErrorCode::kUnavailable) manager_.mark_dead(turn_, "stopped");
+    return written;
+  }
+  auto& files = turn_.reference.files;
+  if (std::find(files.begin(), files.end(), path) == files.end()) {
+    files.emplace_back(path);
+    RETURN_IF_ERROR(
+        manager_.history_.set_sandbox_reference(turn_.conversation_id, turn_.reference));
+  }
+  return {};
+}
+
+Result<void> LazySandbox::write_file(std::string_view path, std::string_view content) {
+  std::istringstream stream{std::string(content)};
+  return write_file(path, stream);
+}
+
+Result<Execution> LazySandbox::execute(sandbox::ExecRequest request) {
+  ASSIGN_OR_RETURN(std::string id, manager_.acquire(turn_));
+  const auto started = manager_.clock_.now();
+  auto result = manager_.provider_.exec(id, request);
+  if (!result) {
+    if (result.error().code == ErrorCode::kUnavailable) {
+      manager_.mark_dead(turn_, "stopped during a command");
+      return make_error(ErrorCode::kUnavailable,
+                        "the sandbox stopped while running this command; the next command runs "
+                        "in a new sandbox, without the files written so far");
+    }
+    return std::unexpected(result.error());
+  }
+  ExecRecord record;
+  record.turn = turn_.number;
+  record.sandbox_id = id;
+  record.command = command_line(request.argv);
+  record.result = *result;
+  record.started_at = started;
+  RETURN_IF_ERROR(manager_.history_.record_exec(turn_.conversation_id, std::move(record)));
+  Execution execution{std::move(*result), std::move(turn_.notice)};
+  turn_.notice.reset();
+  return execution;
+}
+
+Result<uint64_t> LazySandbox::read_file(std::string_view path, std::ostream& out,
+                                        uint64_t max_bytes) {
+  ASSIGN_OR_RETURN(std::string id, manager_.acquire(turn_));
+  return manager_.provider_.read_file(id, path, out, max_bytes);
+}
+
+Result<std::vector<sandbox::FileInfo>> LazySandbox::list_files(std::string_view directory) {
+  ASSIGN_OR_RETURN(std::string id, manager_.acquire(turn_));
+  return manager_.provider_.list_files(id, directory);
+}
+
+}  // namespace quarry::conversation

@@ -1,0 +1,114 @@
+// ConversationManager: which sandbox each conversation holds and in what state. It decides
+// when a sandbox is created, checked and deleted; the provider decides how. Conversations
+// outlive sandboxes: a deleted or dead sandbox is replaced on the next need, and the history
+// records why ("turn 12: sandbox died; turn 13: new sandbox").
+//
+// All state lives in the HistoryStore, so another process (a restarted server, or the next
+// `quarry ask`) carries on from it. One turn at a time per conversation, across processes:
+// a second turn is refused with kAborted (see begin_turn).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "conversation/history_store.h"
+#include "conversation/lazy_sandbox.h"
+#include "conversation/lifecycle.h"
+#include "sandbox/provider.h"
+
+namespace quarry::conversation {
+
+// Labels on every sandbox a manager creates: which quarry instance, which run of it, which
+// conversation. A restarted server finds what an earlier run left by them.
+inline constexpr std::string_view kInstanceLabel = "quarry.instance";
+inline constexpr std::string_view kBootLabel = "quarry.boot";
+inline constexpr std::string_view kConversationLabel = "quarry.conversation";
+
+struct ManagerOptions {
+  std::string instance_id = "local";
+  sandbox::SandboxSpec spec;     // resources of new sandboxes; the labels above are added
+  sandbox::PrepareSpec prepare;  // made ready before a sandbox is assigned
+  std::chrono::milliseconds idle_timeout = std::chrono::minutes(15);
+};
+
+class Turn;
+
+class ConversationManager {
+ public:
+  ConversationManager(sandbox::SandboxProvider& provider, HistoryStore& history, const Clock& clock,
+                      ManagerOptions options);
+
+  // This run's id, on the quarry.boot label of the sandboxes it creates.
+  const std::string& boot_id() const { return boot_id_; }
+
+  // For a server starting up: destroys every sandbox of this instance that an earlier run
+  // left (orphans), recording it in their conversations. Returns how many.
+  Result<int> destroy_orphans();
+
+  // Starts the next turn of a conversation. Refused with kAborted while another turn of the
+  // same conversation runs, in this process or any other: two turns never share a sandbox.
+  Result<std::unique_ptr<Turn>> begin_turn(std::string_view conversation_id);
+
+  // Deletes sandboxes idle longer than the idle timeout (conversations in a turn are left
+  // alone). The conversations stay; their next turn gets a new sandbox. Returns how many.
+  Result<int> reap_idle();
+
+  // A normal shutdown: deletes every sandbox this instance's conversations hold.
+  Result<int> shutdown();
+
+ private:
+  friend class LazySandbox;
+  friend class Turn;
+
+  // Makes sure the turn's conversation has a live sandbox, replacing a dead one, and marks it
+  // busy. Returns its id.
+  Result<std::string> acquire(TurnContext& turn);
+  // The sandbox stopped under a running command.
+  void mark_dead(TurnContext& turn, std::string_view why);
+  void end_turn(TurnContext& turn);
+  // Records the transition and stores the new state.
+  Result<void> move(std::string_view conversation_id, int turn, SandboxReference& reference,
+                    SandboxLifecycle to, std::string_view reason);
+  Result<void> record(std::string_view conversation_id, int turn, std::string_view kind,
+                      std::string_view sandbox_id, std::string_view reason,
+                      nlohmann::json details = nlohmann::json::object());
+  // Destroys the sandbox of a conversation not in a turn and records why; used by the reaper,
+  // shutdown and orphan cleanup.
+  Result<bool> delete_between_turns(const std::string& conversation_id,
+                                    const std::string& sandbox_id, std::string_view reason,
+                                    const std::function<bool(const SandboxReference&)>& still);
+
+  sandbox::SandboxProvider& provider_;
+  HistoryStore& history_;
+  const Clock& clock_;
+  ManagerOptions options_;
+  std::string boot_id_;
+};
+
+// A running turn: holds the conversation's turn lock and its LazySandbox. Ending the turn
+// (destroying this) leaves the sandbox idle for the next one.
+class Turn {
+ public:
+  ~Turn();
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+
+  int number() const { return context_.number; }
+  const std::string& conversation_id() const { return context_.conversation_id; }
+  LazySandbox& sandbox() { return sandbox_; }
+
+ private:
+  friend class ConversationManager;
+  Turn(ConversationManager& manager, std::unique_ptr<TurnLock> lock, TurnContext context);
+
+  ConversationManager& manager_;
+  std::unique_ptr<TurnLock> lock_;
+  TurnContext context_;
+  LazySandbox sandbox_;
+};
+
+}  // namespace quarry::conversation

@@ -1,0 +1,49 @@
+// LazySandbox: what the agent holds during a turn. The first call that needs a sandbox
+// creates one; a dead one is replaced; every execute is metered and recorded in the history.
+// The agent never learns which sandbox, or which provider, is underneath: when the sandbox was
+// replaced it is told, in words, which of its files are gone.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "conversation/history_store.h"
+#include "sandbox/provider.h"
+
+namespace quarry::conversation {
+
+class ConversationManager;
+
+// What a turn knows while it runs.
+struct TurnContext {
+  std::string conversation_id;
+  int number = 0;
+  SandboxReference reference;
+  std::optional<std::string> notice;  // for the next execute's result
+};
+
+struct Execution {
+  sandbox::ExecResult result;
+  // Said once, when this command runs in a different sandbox than earlier ones did.
+  std::optional<std::string> notice;
+};
+
+class LazySandbox {
+ public:
+  Result<void> write_file(std::string_view path, std::istream& content);
+  Result<void> write_file(std::string_view path, std::string_view content);
+  Result<Execution> execute(sandbox::ExecRequest request);
+  Result<uint64_t> read_file(std::string_view path, std::ostream& out, uint64_t max_bytes);
+  Result<std::vector<sandbox::FileInfo>> list_files(std::string_view directory);
+
+ private:
+  friend class Turn;
+  LazySandbox(ConversationManager& manager, TurnContext& turn) : manager_(manager), turn_(turn) {}
+
+  ConversationManager& manager_;
+  TurnContext& turn_;
+};
+
+}  // namespace quarry::conversation

@@ -1,0 +1,689 @@
+#include "conversation/sqlite_history_store.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/file.h>
+
+#include <array>
+#include <fstream>
+#include <random>
+
+#include "common/file_util.h"
+#include "common/unique_fd.h"
+
+namespace quarry::conversation {
+namespace {
+
+// 'qrry': marks the file as quarry's history, so another application's SQLite file is refused.
+constexpr int kApplicationId = 0x71727279;
+
+// Migration N takes the schema from version N-1 to N. Append only; never edit a shipped one.
+constexpr std::array<std::string_view, 1> kMigrations = {R"sql(
+CREATE TABLE conversations (
+  id TEXT PRIMARY KEY,
+  title TEXT NOT NULL,
+  turns INTEGER NOT NULL DEFAULT 0,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL
+);
+CREATE TABLE messages (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  conversation_id TEXT NOT NULL REFERENCES conversations(id),
+  turn INTEGER NOT NULL,
+  role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool')),
+  content TEXT NOT NULL,
+  tool_calls TEXT,
+  tool_call_id TEXT,
+  created_at INTEGER NOT NULL
+);
+CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  conversation_id TEXT NOT NULL REFERENCES conversations(id),
+  turn INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  sandbox_id TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  details TEXT NOT NULL,
+  created_at INTEGER NOT NULL
+);
+CREATE INDEX events_by_conversation ON events (conversation_id, id);
+CREATE TABLE execs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  conversation_id TEXT NOT NULL REFERENCES conversations(id),
+  turn INTEGER NOT NULL,
+  sandbox_id TEXT NOT NULL,
+  command TEXT NOT NULL,
+  exit_code INTEGER NOT NULL,
+  signal INTEGER,
+  stdout TEXT NOT NULL,
+  stderr TEXT NOT NULL,
+  truncated INTEGER NOT NULL,
+  run_ms REAL NOT NULL,
+  cpu_ms REAL NOT NULL,
+  peak_memory_bytes INTEGER NOT NULL,
+  memory_limit_bytes INTEGER NOT NULL,
+  overhead_ms REAL NOT NULL,
+  oom INTEGER NOT NULL,
+  timed_out INTEGER NOT NULL,
+  message TEXT,
+  started_at INTEGER NOT NULL
+);
+CREATE INDEX execs_by_conversation ON execs (conversation_id, id);
+CREATE TABLE artifacts (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  conversation_id TEXT NOT NULL REFERENCES conversations(id),
+  turn INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  type TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  location TEXT NOT NULL,
+  created_at INTEGER NOT NULL
+);
+CREATE INDEX artifacts_by_conversation ON artifacts (conversation_id, id);
+CREATE TABLE sandbox_references (
+  conversation_id TEXT PRIMARY KEY REFERENCES conversations(id),
+  state TEXT NOT NULL,
+  sandbox_id TEXT NOT NULL,
+  last_used_at INTEGER,
+  files TEXT NOT NULL
+);
+)sql"};
+
+// A prepared statement that finalizes itself; bind and column indexes are 1- and 0-based as in
+// SQLite.
+// BEGIN IMMEDIATE ... COMMIT, rolled back if not committed: several statements become one
+// atomic write.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) {
+    rc_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  }
+  ~Transaction() {
+    if (rc_ == SQLITE_OK && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  int begin_result() const { return rc_; }
+  int commit() {
+    committed_ = true;
+    return sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+  }
+
+ private:
+  sqlite3* db_;
+  int rc_;
+  bool committed_ = false;
+};
+
+class Statement {
+ public:
+  Statement(sqlite3* db, std::string_view sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &statement_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(statement_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  int prepare_result() const { return rc_; }
+  Statement& bind(int index, std::string_view text) {
+    sqlite3_bind_text(statement_, index, text.data(), static_cast<int>(text.size()),
+                      SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& bind(int index, int64_t value) {
+    sqlite3_bind_int64(statement_, index, value);
+    return *this;
+  }
+  Statement& bind(int index, double value) {
+    sqlite3_bind_double(statement_, index, value);
+    return *this;
+  }
+  Statement& bind_null(int index) {
+    sqlite3_bind_null(statement_, index);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int step() { return sqlite3_step(statement_); }
+
+  std::string text(int column) const {
+    auto* data = reinterpret_cast<const char*>(sqlite3_column_text(statement_, column));
+    return data ? std::string(data, static_cast<size_t>(sqlite3_column_bytes(statement_, column)))
+                : std::string();
+  }
+  int64_t integer(int column) const { return sqlite3_column_int64(statement_, column); }
+  double real(int column) const { return sqlite3_column_double(statement_, column); }
+  bool is_null(int column) const { return sqlite3_column_type(statement_, column) == SQLITE_NULL; }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* statement_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+std::string new_id() {
+  std::random_device random;
+  uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
+  return fmt::format("{:012x}", bits & 0xffffffffffffULL);
+}
+
+// flock on a file per conversation: works across processes, and the kernel releases it when
+// the holder dies, so a crashed turn never leaves its conversation locked.
+class FileTurnLock final : public TurnLock {
+ public:
+  explicit FileTurnLock(UniqueFd fd) : fd_(std::move(fd)) {}
+
+ private:
+  UniqueFd fd_;
+};
+
+Role role_from(std::string_view text) {
+  if (text == "assistant") return Role::kAssistant;
+  if (text == "tool") return Role::kTool;
+  return Role::kUser;
+}
+
+}  // namespace
+
+std::string_view to_string(Role role) {
+  switch (role) {
+    case Role::kUser:
+      return "user";
+    case Role::kAssistant:
+      return "assistant";
+    case Role::kTool:
+      return "tool";
+  }
+  return "user";
+}
+
+std::unexpected<Error> SqliteHistoryStore::sql_error(int rc, std::string_view what) const {
+  const bool damaged = rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB;
+  const ErrorCode code = damaged             ? ErrorCode::kFailedPrecondition
+                         : rc == SQLITE_BUSY ? ErrorCode::kUnavailable
+                         : rc == SQLITE_FULL ? ErrorCode::kResourceExhausted
+                                             : ErrorCode::kInternal;
+  return make_error(code, "{} in the history database '{}' failed: {}{}", what, path_.string(),
+                    sqlite3_errstr(rc),
+                    damaged ? " (the file is damaged; quarry left it as it is: move it aside to "
+                              "start a new history, or restore a backup)"
+                            : "");
+}
+
+SqliteHistoryStore::SqliteHistoryStore(sqlite3* db, std::filesystem::path path, const Clock& clock)
+    : db_(db), path_(std::move(path)), clock_(clock) {}
+
+SqliteHistoryStore::~SqliteHistoryStore() {
+  sqlite3_close_v2(db_);
+}
+
+Result<std::unique_ptr<SqliteHistoryStore>> SqliteHistoryStore::open(
+    const std::filesystem::path& path, const Clock& clock) {
+  // Refuse a file that is not SQLite at all before SQLite gets a chance to touch it.
+  std::error_code error;
+  if (std::filesystem::exists(path, error) && std::filesystem::file_size(path, error) > 0) {
+    std::ifstream file(path, std::ios::binary);
+    char header[16] = {};
+    file.read(header, sizeof header);
+    if (std::string_view(header, sizeof header) != std::string_view("SQLite format 3\0", 16)) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "'{}' is not a quarry history database (it is not an SQLite file); "
+                        "quarry left it as it is: move it aside or choose another --state-dir",
+                        path.string());
+    }
+  }
+  sqlite3* db = nullptr;
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  std::unique_ptr<SqliteHistoryStore> store(new SqliteHistoryStore(db, path, clock));
+  if (rc != SQLITE_OK) return store->sql_error(rc, "opening");
+  sqlite3_busy_timeout(db, 5000);
+  RETURN_IF_ERROR(store->migrate());
+  return store;
+}
+
+Result<void> SqliteHistoryStore::migrate() {
+  auto pragma_number = [&](std::string_view pragma) -> Result<int64_t> {
+    Statement statement(db_, fmt::format("PRAGMA {}", pragma));
+    if (statement.prepare_result() != SQLITE_OK) {
+      return sql_error(statement.prepare_result(), "reading the schema version");
+    }
+    int rc = statement.step();
+    if (rc != SQLITE_ROW) return sql_error(rc, "reading the schema version");
+    return statement.integer(0);
+  };
+  ASSIGN_OR_RETURN(int64_t version, pragma_number("user_version"));
+  ASSIGN_OR_RETURN(int64_t application, pragma_number("application_id"));
+  ASSIGN_OR_RETURN(int64_t pages, pragma_number("page_count"));
+  if (version > kSchemaVersion) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "the history database '{}' has schema version {}, newer than this quarry "
+                      "understands ({}); quarry left it as it is: upgrade quarry, or use another "
+                      "--state-dir",
+                      path_.string(), version, kSchemaVersion);
+  }
+  if (application != kApplicationId && (version != 0 || pages > 0)) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "'{}' is an SQLite database of another application, not quarry's history; "
+                      "quarry left it as it is: move it aside or choose another --state-dir",
+                      path_.string());
+  }
+  if (version > 0) {
+    Statement check(db_, "PRAGMA quick_check");
+    int rc = check.step();
+    if (rc != SQLITE_ROW) return sql_error(rc, "checking");
+    if (check.text(0) != "ok") {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "the history database '{}' is damaged ({}); quarry left it as it is: "
+                        "move it aside to start a new history, or restore a backup",
+                        path_.string(), check.text(0));
+    }
+  }
+  char* message = nullptr;
+  auto exec = [&](std::string_view sql, std::string_view what) -> Result<void> {
+    int rc = sqlite3_exec(db_, std::string(sql).c_str(), nullptr, nullptr, &message);
+    if (rc != SQLITE_OK) {
+      std::string detail = message ? message : sqlite3_errstr(rc);
+      sqlite3_free(message);
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      return make_error(ErrorCode::kInternal, "{} in the history database '{}' failed: {}", what,
+                        path_.string(), detail);
+    }
+    return {};
+  };
+  // WAL: readers do not block the writer, and a killed writer leaves the last committed state.
+  RETURN_IF_ERROR(
+      exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+           "PRAGMA foreign_keys=ON",
+           "configuring"));
+  for (int64_t next = version + 1; next <= kSchemaVersion; ++next) {
+    RETURN_IF_ERROR(exec("BEGIN IMMEDIATE", "starting a migration"));
+    RETURN_IF_ERROR(exec(kMigrations[static_cast<size_t>(next - 1)],
+                         fmt::format("migrating to schema version {}", next)));
+    RETURN_IF_ERROR(
+        exec(fmt::format("PRAGMA user_version={}; PRAGMA application_id={}", next, kApplicationId),
+             "recording the schema version"));
+    RETURN_IF_ERROR(exec("COMMIT", "finishing a migration"));
+  }
+  return {};
+}
+
+Result<std::unique_ptr<TurnLock>> SqliteHistoryStore::try_lock_turn(
+    std::string_view conversation_id) {
+  if (conversation_id.empty() || conversation_id.find_first_of("/.") != std::string_view::npos) {
+    return make_error(ErrorCode::kInvalidArgument, "bad conversation id '{}'", conversation_id);
+  }
+  auto directory = path_.parent_path() / "turn-locks";
+  RETURN_IF_ERROR(make_directories(directory, 0700));
+  auto file = directory / fmt::format("{}.lock", conversation_id);
+  UniqueFd fd(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd) return errno_error("open '{}'", file.string());
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return make_error(ErrorCode::kAborted,
+                        "conversation {} already has a turn running; wait for it to finish, "
+                        "then send this message again",
+                        conversation_id);
+    }
+    return errno_error("flock '{}'", file.string());
+  }
+  return std::make_unique<FileTurnLock>(std::move(fd));
+}
+
+Result<Conversation> SqliteHistoryStore::create_conversation(std::string_view title) {
+  std::lock_guard lock(mutex_);
+  Conversation conversation{new_id(), std::string(title), 0, clock_.now(), clock_.now()};
+  Statement insert(db_,
+                   "INSERT INTO conversations (id, title, turns, created_at, updated_at) "
+                   "VALUES (?, ?, 0, ?, ?)");
+  insert.bind(1, conversation.id)
+      .bind(2, conversation.title)
+      .bind(3, to_unix_ms(conversation.created_at))
+      .bind(4, to_unix_ms(conversation.updated_at));
+  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "creating a conversation");
+  return conversation;
+}
+
+Result<Conversation> SqliteHistoryStore::conversation(std::string_view id) {
+  std::lock_guard lock(mutex_);
+  Statement select(db_,
+                   "SELECT id, title, turns, created_at, updated_at FROM conversations "
+                   "WHERE id = ?");
+  select.bind(1, id);
+  int rc = select.step();
+  if (rc == SQLITE_DONE) {
+    return make_error(ErrorCode::kNotFound, "no conversation '{}' (see quarry conversations ls)",
+                      id);
+  }
+  if (rc != SQLITE_ROW) return sql_error(rc, "reading a conversation");
+  return Conversation{select.text(0), select.text(1), static_cast<int>(select.integer(2)),
+                      from_unix_ms(select.integer(3)), from_unix_ms(select.integer(4))};
+}
+
+Result<std::vector<Conversation>> SqliteHistoryStore::conversations() {
+  std::lock_guard lock(mutex_);
+  Statement select(db_,
+                   "SELECT id, title, turns, created_at, updated_at FROM conversations "
+                   "ORDER BY updated_at DESC, id");
+  std::vector<Conversation> list;
+  int rc;
+  while ((rc = select.step()) == SQLITE_ROW) {
+    list.push_back({select.text(0), select.text(1), static_cast<int>(select.integer(2)),
+                    from_unix_ms(select.integer(3)), from_unix_ms(select.integer(4))});
+  }
+  if (rc != SQLITE_DONE) return sql_error(rc, "listing conversations");
+  return list;
+}
+
+Result<void> SqliteHistoryStore::touch(std::string_view conversation_id, int64_t now_ms) {
+  Statement update(db_, "UPDATE conversations SET updated_at = ? WHERE id = ?");
+  update.bind(1, now_ms).bind(2, conversation_id);
+  if (int rc = update.step(); rc != SQLITE_DONE) return sql_error(rc, "updating a conversation");
+  if (sqlite3_changes(db_) == 0) {
+    return make_error(ErrorCode::kNotFound, "no conversation '{}'", conversation_id);
+  }
+  return {};
+}
+
+Result<int> SqliteHistoryStore::begin_turn(std::string_view conversation_id) {
+  std::lock_guard lock(mutex_);
+  Statement update(db_,
+                   "UPDATE conversations SET turns = turns + 1, updated_at = ? WHERE id = ? "
+                   "RETURNING turns");
+  update.bind(1, to_unix_ms(clock_.now())).bind(2, conversation_id);
+  int rc = update.step();
+  if (rc == SQLITE_DONE) {
+    return make_error(ErrorCode::kNotFound, "no conversation '{}' (see quarry conversations ls)",
+                      conversation_id);
+  }
+  if (rc != SQLITE_ROW) return sql_error(rc, "starting a turn");
+  int turn = static_cast<int>(update.integer(0));
+  update.step();
+  return turn;
+}
+
+Result<Message> SqliteHistoryStore::append_message(std::string_view conversation_id,
+                                                   Message message) {
+  std::lock_guard lock(mutex_);
+  Transaction transaction(db_);
+  if (transaction.begin_result() != SQLITE_OK)
+    return sql_error(transaction.begin_result(), "recording a message");
+  message.created_at = clock_.now();
+  const int64_t now = to_unix_ms(message.created_at);
+  RETURN_IF_ERROR(touch(conversation_id, now));
+  Statement insert(db_,
+                   "INSERT INTO messages (conversation_id, turn, role, content, tool_calls, "
+                   "tool_call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  insert.bind(1, conversation_id)
+      .bind(2, int64_t{message.turn})
+      .bind(3, to_string(message.role))
+      .bind(4, message.content);
+  if (message.tool_calls.is_null()) {
+    insert.bind_null(5);
+  } else {
+    insert.bind(5,
+                message.tool_calls.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (message.tool_call_id.empty()) {
+    insert.bind_null(6);
+  } else {
+    insert.bind(6, message.tool_call_id);
+  }
+  insert.bind(7, now);
+  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "recording a message");
+  message.id = sqlite3_last_insert_rowid(db_);
+  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, "recording a message");
+  return message;
+}
+
+Result<Event> SqliteHistoryStore::record_event(std::string_view conversation_id, Event event) {
+  std::lock_guard lock(mutex_);
+  Transaction transaction(db_);
+  if (transaction.begin_result() != SQLITE_OK)
+    return sql_error(transaction.begin_result(), "recording an event");
+  event.created_at = clock_.now();
+  const int64_t now = to_unix_ms(event.created_at);
+  RETURN_IF_ERROR(touch(conversation_id, now));
+  Statement insert(db_,
+                   "INSERT INTO events (conversation_id, turn, kind, sandbox_id, reason, details, "
+                   "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  insert.bind(1, conversation_id)
+      .bind(2, int64_t{event.turn})
+      .bind(3, event.kind)
+      .bind(4, event.sandbox_id)
+      .bind(5, event.reason)
+      .bind(6, event.details.is_null() ? std::string("{}") : event.details.dump())
+      .bind(7, now);
+  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "recording an event");
+  event.id = sqlite3_last_insert_rowid(db_);
+  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, "recording an event");
+  return event;
+}
+
+Result<ExecRecord> SqliteHistoryStore::record_exec(std::string_view conversation_id,
+                                                   ExecRecord exec) {
+  std::lock_guard lock(mutex_);
+  Transaction transaction(db_);
+  if (transaction.begin_result() != SQLITE_OK)
+    return sql_error(transaction.begin_result(), "recording an exec");
+  RETURN_IF_ERROR(touch(conversation_id, to_unix_ms(clock_.now())));
+  const auto& r = exec.result;
+  Statement insert(
+      db_,
+      "INSERT INTO execs (conversation_id, turn, sandbox_id, command, exit_code, signal, stdout, "
+      "stderr, truncated, run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, "
+      "oom, timed_out, message, started_at) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  insert.bind(1, conversation_id)
+      .bind(2, int64_t{exec.turn})
+      .bind(3, exec.sandbox_id)
+      .bind(4, exec.command)
+      .bind(5, int64_t{r.exit_code});
+  if (r.signal) {
+    insert.bind(6, int64_t{*r.signal});
+  } else {
+    insert.bind_null(6);
+  }
+  insert.bind(7, r.stdout_text)
+      .bind(8, r.stderr_text)
+      .bind(9, int64_t{r.truncated})
+      .bind(10, r.run_ms)
+      .bind(11, r.cpu_ms)
+      .bind(12, static_cast<int64_t>(r.peak_memory_bytes))
+      .bind(13, static_cast<int64_t>(r.memory_limit_bytes))
+      .bind(14, r.overhead_ms)
+      .bind(15, int64_t{r.oom})
+      .bind(16, int64_t{r.timed_out});
+  if (r.message) {
+    insert.bind(17, *r.message);
+  } else {
+    insert.bind_null(17);
+  }
+  insert.bind(18, to_unix_ms(exec.started_at));
+  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "recording an exec");
+  exec.id = sqlite3_last_insert_rowid(db_);
+  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, "recording an exec");
+  return exec;
+}
+
+Result<Artifact> SqliteHistoryStore::record_artifact(std::string_view conversation_id,
+                                                     Artifact artifact) {
+  std::lock_guard lock(mutex_);
+  Transaction transaction(db_);
+  if (transaction.begin_result() != SQLITE_OK)
+    return sql_error(transaction.begin_result(), "recording an artifact");
+  artifact.created_at = clock_.now();
+  const int64_t now = to_unix_ms(artifact.created_at);
+  RETURN_IF_ERROR(touch(conversation_id, now));
+  Statement insert(db_,
+                   "INSERT INTO artifacts (conversation_id, turn, name, type, size_bytes, "
+                   "location, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  insert.bind(1, conversation_id)
+      .bind(2, int64_t{artifact.turn})
+      .bind(3, artifact.name)
+      .bind(4, artifact.type)
+      .bind(5, static_cast<int64_t>(artifact.size_bytes))
+      .bind(6, artifact.location)
+      .bind(7, now);
+  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "recording an artifact");
+  artifact.id = sqlite3_last_insert_rowid(db_);
+  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, "recording an artifact");
+  return artifact;
+}
+
+Result<std::vector<Message>> SqliteHistoryStore::messages(std::string_view conversation_id) {
+  std::lock_guard lock(mutex_);
+  Statement select(db_,
+                   "SELECT id, turn, role, content, tool_calls, tool_call_id, created_at "
+                   "FROM messages WHERE conversation_id = ? ORDER BY id");
+  select.bind(1, conversation_id);
+  std::vector<Message> list;
+  int rc;
+  while ((rc = select.step()) == SQLITE_ROW) {
+    Message message;
+    message.id = select.integer(0);
+    message.turn = static_cast<int>(select.integer(1));
+    message.role = role_from(select.text(2));
+    message.content = select.text(3);
+    if (!select.is_null(4))
+      message.tool_calls = nlohmann::json::parse(select.text(4), nullptr, false);
+    message.tool_call_id = select.text(5);
+    message.created_at = from_unix_ms(select.integer(6));
+    list.push_back(std::move(message));
+  }
+  if (rc != SQLITE_DONE) return sql_error(rc, "reading messages");
+  return list;
+}
+
+Result<std::vector<Event>> SqliteHistoryStore::events(std::string_view conversation_id) {
+  std::lock_guard lock(mutex_);
+  Statement select(db_,
+                   "SELECT id, turn, kind, sandbox_id, reason, details, created_at FROM events "
+                   "WHERE conversation_id = ? ORDER BY id");
+  select.bind(1, conversation_id);
+  std::vector<Event> list;
+  int rc;
+  while ((rc = select.step()) == SQLITE_ROW) {
+    list.push_back({select.integer(0), static_cast<int>(select.integer(1)), select.text(2),
+                    select.text(3), select.text(4),
+                    nlohmann::json::parse(select.text(5), nullptr, false),
+                    from_unix_ms(select.integer(6))});
+  }
+  if (rc != SQLITE_DONE) return sql_error(rc, "reading events");
+  return list;
+}
+
+Result<std::vector<ExecRecord>> SqliteHistoryStore::execs(std::string_view conversation_id) {
+  std::lock_guard lock(mutex_);
+  Statement select(
+      db_,
+      "SELECT id, turn, sandbox_id, command, exit_code, signal, stdout, stderr, truncated, "
+      "run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, oom, timed_out, "
+      "message, started_at FROM execs WHERE conversation_id = ? ORDER BY id");
+  select.bind(1, conversation_id);
+  std::vector<ExecRecord> list;
+  int rc;
+  while ((rc = select.step()) == SQLITE_ROW) {
+    ExecRecord exec;
+    exec.id = select.integer(0);
+    exec.turn = static_cast<int>(select.integer(1));
+    exec.sandbox_id = select.text(2);
+    exec.command = select.text(3);
+    auto& r = exec.result;
+    r.exit_code = static_cast<int>(select.integer(4));
+    if (!select.is_null(5)) r.signal = static_cast<int>(select.integer(5));
+    r.stdout_text = select.text(6);
+    r.stderr_text = select.text(7);
+    r.truncated = select.integer(8) != 0;
+    r.run_ms = select.real(9);
+    r.cpu_ms = select.real(10);
+    r.peak_memory_bytes = static_cast<uint64_t>(select.integer(11));
+    r.memory_limit_bytes = static_cast<uint64_t>(select.integer(12));
+    r.overhead_ms = select.real(13);
+    r.oom = select.integer(14) != 0;
+    r.timed_out = select.integer(15) != 0;
+    if (!select.is_null(16)) r.message = select.text(16);
+    exec.started_at = from_unix_ms(select.integer(17));
+    list.push_back(std::move(exec));
+  }
+  if (rc != SQLITE_DONE) return sql_error(rc, "reading execs");
+  return list;
+}
+
+Result<std::vector<Artifact>> SqliteHistoryStore::artifacts(std::string_view conversation_id) {
+  std::lock_guard lock(mutex_);
+  Statement select(db_,
+                   "SELECT id, turn, name, type, size_bytes, location, created_at FROM artifacts "
+                   "WHERE conversation_id = ? ORDER BY id");
+  select.bind(1, conversation_id);
+  std::vector<Artifact> list;
+  int rc;
+  while ((rc = select.step()) == SQLITE_ROW) {
+    list.push_back({select.integer(0), static_cast<int>(select.integer(1)), select.text(2),
+                    select.text(3), static_cast<uint64_t>(select.integer(4)), select.text(5),
+                    from_unix_ms(select.integer(6))});
+  }
+  if (rc != SQLITE_DONE) return sql_error(rc, "reading artifacts");
+  return list;
+}
+
+Result<SandboxReference> SqliteHistoryStore::sandbox_reference(std::string_view conversation_id) {
+  std::lock_guard lock(mutex_);
+  Statement select(db_,
+                   "SELECT state, sandbox_id, last_used_at, files FROM sandbox_references "
+                   "WHERE conversation_id = ?");
+  select.bind(1, conversation_id);
+  int rc = select.step();
+  SandboxReference reference;
+  if (rc == SQLITE_DONE) return reference;  // never had a sandbox: "new"
+  if (rc != SQLITE_ROW) return sql_error(rc, "reading a sandbox reference");
+  reference.state = select.text(0);
+  reference.sandbox_id = select.text(1);
+  if (!select.is_null(2)) reference.last_used_at = from_unix_ms(select.integer(2));
+  auto files = nlohmann::json::parse(select.text(3), nullptr, false);
+  if (files.is_array()) reference.files = files.get<std::vector<std::string>>();
+  return reference;
+}
+
+Result<void> SqliteHistoryStore::set_sandbox_reference(std::string_view conversation_id,
+                                                       const SandboxReference& reference) {
+  std::lock_guard lock(mutex_);
+  Statement upsert(db_,
+                   "INSERT INTO sandbox_references (conversation_id, state, sandbox_id, "
+                   "last_used_at, files) VALUES (?, ?, ?, ?, ?) ON CONFLICT (conversation_id) "
+                   "DO UPDATE SET state = excluded.state, sandbox_id = excluded.sandbox_id, "
+                   "last_used_at = excluded.last_used_at, files = excluded.files");
+  upsert.bind(1, conversation_id).bind(2, reference.state).bind(3, reference.sandbox_id);
+  if (reference.last_used_at) {
+    upsert.bind(4, to_unix_ms(*reference.last_used_at));
+  } else {
+    upsert.bind_null(4);
+  }
+  upsert.bind(5, nlohmann::json(reference.files).dump());
+  if (int rc = upsert.step(); rc != SQLITE_DONE) {
+    return sql_error(rc, "recording a sandbox reference");
+  }
+  return {};
+}
+
+Result<std::vector<std::pair<std::string, SandboxReference>>>
+SqliteHistoryStore::sandbox_references() {
+  std::lock_guard lock(mutex_);
+  Statement select(db_,
+                   "SELECT conversation_id, state, sandbox_id, last_used_at, files FROM "
+                   "sandbox_references ORDER BY conversation_id");
+  std::vector<std::pair<std::string, SandboxReference>> list;
+  int rc;
+  while ((rc = select.step()) == SQLITE_ROW) {
+    SandboxReference reference;
+    reference.state = select.text(1);
+    reference.sandbox_id = select.text(2);
+    if (!select.is_null(3)) reference.last_used_at = from_unix_ms(select.integer(3));
+    auto files = nlohmann::json::parse(select.text(4), nullptr, false);
+    if (files.is_array()) reference.files = files.get<std::vector<std::string>>();
+    list.emplace_back(select.text(0), std::move(reference));
+  }
+  if (rc != SQLITE_DONE) return sql_error(rc, "reading sandbox references");
+  return list;
+}
+
+}  // namespace quarry::conversation

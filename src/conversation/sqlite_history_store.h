@@ -1,0 +1,55 @@
+// The history in one SQLite file (<state>/history.db): WAL, one transaction per write,
+// versioned schema migrations. A file it does not recognise, a damaged one, or one written by
+// a newer quarry is refused with a message and never modified.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+
+#include "conversation/history_store.h"
+
+struct sqlite3;
+
+namespace quarry::conversation {
+
+class SqliteHistoryStore final : public HistoryStore {
+ public:
+  // The schema version this build writes; older databases are migrated on open.
+  static constexpr int kSchemaVersion = 1;
+
+  static Result<std::unique_ptr<SqliteHistoryStore>> open(const std::filesystem::path& path,
+                                                          const Clock& clock);
+  ~SqliteHistoryStore() override;
+
+  Result<std::unique_ptr<TurnLock>> try_lock_turn(std::string_view conversation_id) override;
+  Result<Conversation> create_conversation(std::string_view title) override;
+  Result<Conversation> conversation(std::string_view id) override;
+  Result<std::vector<Conversation>> conversations() override;
+  Result<int> begin_turn(std::string_view conversation_id) override;
+  Result<Message> append_message(std::string_view conversation_id, Message message) override;
+  Result<Event> record_event(std::string_view conversation_id, Event event) override;
+  Result<ExecRecord> record_exec(std::string_view conversation_id, ExecRecord exec) override;
+  Result<Artifact> record_artifact(std::string_view conversation_id, Artifact artifact) override;
+  Result<std::vector<Message>> messages(std::string_view conversation_id) override;
+  Result<std::vector<Event>> events(std::string_view conversation_id) override;
+  Result<std::vector<ExecRecord>> execs(std::string_view conversation_id) override;
+  Result<std::vector<Artifact>> artifacts(std::string_view conversation_id) override;
+  Result<SandboxReference> sandbox_reference(std::string_view conversation_id) override;
+  Result<void> set_sandbox_reference(std::string_view conversation_id,
+                                     const SandboxReference& reference) override;
+  Result<std::vector<std::pair<std::string, SandboxReference>>> sandbox_references() override;
+
+ private:
+  SqliteHistoryStore(sqlite3* db, std::filesystem::path path, const Clock& clock);
+  Result<void> migrate();
+  Result<void> touch(std::string_view conversation_id, int64_t now_ms);
+  std::unexpected<Error> sql_error(int rc, std::string_view what) const;
+
+  sqlite3* db_;
+  std::filesystem::path path_;
+  const Clock& clock_;
+  std::mutex mutex_;  // one statement at a time on the connection
+};
+
+}  // namespace quarry::conversation
