@@ -169,6 +169,9 @@ void add_db_commands(CLI::App& app, Context& context, int& exit_code) {
       }
       return;
     }
+    if (auto valid = data::validate_export_filename(export_file); !valid) {
+      return void(exit_code = report(valid.error()));
+    }
     auto provider = context.provider();
     if (!provider) return void(exit_code = report(provider.error()));
     data::SandboxExportRequest request{export_sandbox,
