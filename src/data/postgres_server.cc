@@ -99,6 +99,15 @@ Result<void> chown_to(const std::filesystem::path& path, const passwd& user) {
   return {};
 }
 
+std::string last_lines(std::string_view text, int count) {
+  size_t start = text.size();
+  while (count-- > 0 && start > 1) {
+    const size_t newline = text.rfind('\n', start - 2);
+    start = newline == std::string_view::npos ? 0 : newline + 1;
+  }
+  return std::string(text.substr(start));
+}
+
 Result<passwd> server_user() {
   const passwd* user = ::getpwnam(std::string(kServerUser).c_str());
   if (!user) {
@@ -188,13 +197,22 @@ Result<void> PostgresServer::initialise(const Credentials& credentials) {
 
 Result<void> PostgresServer::start() {
   ASSIGN_OR_RETURN(auto bin, server_bin_dir());
-  RETURN_IF_ERROR(with_context(
-      run_as_server_user(
-          {(bin / "pg_ctl").string(), "--pgdata", data_dir_.string(), "--log", log_file().string(),
-           "--wait", "--timeout", "60", "-o", fmt::format("-p {}", port_), "start"},
-          directory_),
-      fmt::format("starting PostgreSQL on port {} (see {})", port_, log_file().string())));
-  return {};
+  auto started = run_as_server_user(
+      {(bin / "pg_ctl").string(), "--pgdata", data_dir_.string(), "--log", log_file().string(),
+       "--wait", "--timeout", "60", "-o", fmt::format("-p {}", port_), "start"},
+      directory_);
+  if (started) return {};
+  // pg_ctl only says "could not start server"; the reason is at the end of the server's log.
+  std::string reason;
+  if (auto log = read_file(log_file())) reason = last_lines(*log, 6);
+  std::string hint;
+  if (reason.find("Address already in use") != std::string::npos) {
+    hint = fmt::format(" Port {} is taken by another program: choose another with database.port.",
+                       port_);
+  }
+  return make_error(ErrorCode::kUnavailable,
+                    "starting PostgreSQL on port {} failed; the end of {}:\n{}{}", port_,
+                    log_file().string(), reason, hint);
 }
 
 ServerInfo PostgresServer::info(uint16_t port, const Credentials& credentials) const {
