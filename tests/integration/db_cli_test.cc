@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/command.h"
@@ -15,12 +16,13 @@ using quarry::testing::PostgresEnvironment;
 using quarry::testing::SandboxEnvironment;
 
 // Runs quarry with the PostgreSQL test state directory; returns its exit code and output.
-std::pair<int, std::string> quarry_db(std::vector<std::string> args) {
+std::pair<int, std::string> quarry_db(std::vector<std::string> args,
+                                      const std::string& config = "/dev/null") {
   std::vector<std::string> argv = {SandboxEnvironment::get().quarry_binary().string(),
                                    "--state-dir",
                                    PostgresEnvironment::get().state_dir().string(),
                                    "--config",
-                                   "/dev/null",
+                                   config,
                                    "db"};
   argv.insert(argv.end(), args.begin(), args.end());
   auto result = run_command(argv);
@@ -75,6 +77,26 @@ TEST(DbCli, RefusesABadSandboxFileName) {
       quarry_db({"export", "SELECT 1", "../escape.parquet", "--sandbox", "0123456789ab"});
   EXPECT_EQ(code, 1);
   EXPECT_NE(output.find("must not contain a path"), std::string::npos) << output;
+}
+
+// With database.url set, quarry uses that server (here the same one, over TCP) and will not
+// start or stop one of its own.
+TEST(DbCli, UsesAnExternalServerWhenDatabaseUrlIsSet) {
+  const auto config =
+      std::filesystem::temp_directory_path() / fmt::format("quarry-db-cli-{}.yml", ::getpid());
+  std::ofstream(config) << "database:\n  url: \"" << PostgresEnvironment::get().server().reader_url
+                        << "\"\n";
+  auto [code, output] =
+      quarry_db({"query", "--json", "SELECT inet_server_port() AS port"}, config.string());
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_EQ(nlohmann::json::parse(output)["rows"][0][0], PostgresEnvironment::get().server().port);
+
+  auto [up_code, up_output] = quarry_db({"up"}, config.string());
+  EXPECT_EQ(up_code, 1);
+  EXPECT_NE(up_output.find("database.url is set"), std::string::npos) << up_output;
+  // The URL (with its password) is never repeated in a message.
+  EXPECT_EQ(up_output.find(PostgresEnvironment::get().reader_password()), std::string::npos);
+  std::filesystem::remove(config);
 }
 
 }  // namespace
