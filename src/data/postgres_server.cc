@@ -174,6 +174,14 @@ Result<void> PostgresServer::initialise(const Credentials& credentials) {
   RETURN_IF_ERROR(remove_tree(data_dir_));
   RETURN_IF_ERROR(make_directories(data_dir_, 0700));
   RETURN_IF_ERROR(chown_to(data_dir_, user));
+  // Every directory above the cluster must let the server user through (a umask of 077 or a
+  // state directory under /root would not).
+  if (!run_as_server_user({"test", "-w", data_dir_.string()}, "/")) {
+    return make_error(ErrorCode::kPermissionDenied,
+                      "the '{}' user cannot reach {}: every directory above it must be "
+                      "searchable by others (chmod o+x), or use another --state-dir",
+                      kServerUser, data_dir_.string());
+  }
   // initdb reads the superuser's password from a file only the server user can read.
   const auto password_file = socket_dir_ / "initdb-password";
   RETURN_IF_ERROR(write_file_atomic(password_file, credentials.admin_password + "\n", 0600));
