@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "common/file_util.h"
 #include "common/progress.h"
 #include "data/database.h"
 #include "data/demo_data.h"
@@ -174,13 +175,15 @@ void add_db_commands(CLI::App& app, Context& context, int& exit_code) {
     }
     auto provider = context.provider();
     if (!provider) return void(exit_code = report(provider.error()));
-    data::SandboxExportRequest request{export_sandbox,
-                                       (*config)->sandbox.data_dir,
-                                       target->reader,
-                                       export_sql,
-                                       export_file,
-                                       options,
-                                       std::filesystem::temp_directory_path()};
+    // The file waits for its upload on quarry's own disk, not in a /tmp that may be memory.
+    const auto temp_dir = context.state_dir() / "tmp";
+    if (auto made = make_directories(temp_dir, 0700); !made) {
+      return void(exit_code = report(made.error()));
+    }
+    data::SandboxExportRequest request{export_sandbox, (*config)->sandbox.data_dir,
+                                       target->reader, export_sql,
+                                       export_file,    options,
+                                       temp_dir};
     auto result = data::export_to_sandbox(**provider, request);
     if (!result) return void(exit_code = report(result.error()));
     progress.finish(fmt::format("{} rows", result->summary.rows));
