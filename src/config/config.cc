@@ -252,6 +252,34 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
   return {};
 }
 
+Result<void> parse_database(const Walker& walk, const YAML::Node& node, DatabaseConfig& out) {
+  RETURN_IF_ERROR(walk.check_map(
+      node, "database",
+      {"url", "port", "query_max_rows", "statement_timeout", "export_row_group_rows"}));
+  if (node.IsNull()) return {};
+  if (auto value = node["url"]) {
+    ASSIGN_OR_RETURN(out.url, walk.scalar(value, "database.url"));
+    if (out.url.find('\n') != std::string::npos || out.url.find('\0') != std::string::npos) {
+      return walk.fail(value, "database.url", "must be one line");
+    }
+  }
+  if (auto value = node["port"]) {
+    ASSIGN_OR_RETURN(auto port, walk.count(value, "database.port", 1024, 65535));
+    out.port = static_cast<uint16_t>(port);
+  }
+  if (auto value = node["query_max_rows"]) {
+    ASSIGN_OR_RETURN(out.query_max_rows, walk.count(value, "database.query_max_rows", 1, 100000));
+  }
+  if (auto value = node["statement_timeout"]) {
+    ASSIGN_OR_RETURN(out.statement_timeout, walk.duration(value, "database.statement_timeout"));
+  }
+  if (auto value = node["export_row_group_rows"]) {
+    ASSIGN_OR_RETURN(out.export_row_group_rows,
+                     walk.count(value, "database.export_row_group_rows", 1024, 16'777'216));
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<void> validate_resources(const ResourceLimits& resources) {
@@ -287,10 +315,12 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
   config.source = std::string(source);
   Walker walk(source);
   if (root.IsNull()) return config;  // an empty file means all defaults
-  RETURN_IF_ERROR(walk.check_map(root, "", {"sandbox"}));
+  RETURN_IF_ERROR(walk.check_map(root, "", {"sandbox", "database"}));
   try {
     if (auto sandbox = root["sandbox"])
       RETURN_IF_ERROR(parse_sandbox(walk, sandbox, config.sandbox));
+    if (auto database = root["database"])
+      RETURN_IF_ERROR(parse_database(walk, database, config.database));
   } catch (const YAML::Exception& error) {
     return make_error(ErrorCode::kInvalidArgument, "{}:{}: {}", source, error.mark.line + 1,
                       error.msg);

@@ -47,8 +47,21 @@ struct SandboxConfig {
   LocalProviderConfig local;
 };
 
+// Where the data comes from (data/): quarry's private PostgreSQL (`quarry db up`) unless `url`
+// names another server.
+struct DatabaseConfig {
+  // libpq connection string or URL of an external server, used instead of the private one.
+  // Give it a read-only role: quarry adds READ ONLY transactions, but the role is the wall.
+  std::string url;
+  uint16_t port = 55432;                                  // loopback port of the private server
+  uint64_t query_max_rows = 200;                          // rows query_database returns at most
+  Duration statement_timeout = std::chrono::seconds(30);  // per query and per export
+  uint64_t export_row_group_rows = 131072;  // rows per Parquet row group (also bounded by bytes)
+};
+
 struct Config {
   SandboxConfig sandbox;
+  DatabaseConfig database;
   // Where the configuration came from, for messages ("built-in defaults" if no file).
   std::string source = "built-in defaults";
 };

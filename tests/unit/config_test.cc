@@ -23,6 +23,30 @@ TEST(Config, EmptyTextGivesDefaults) {
   EXPECT_EQ(config->sandbox.idle_timeout, std::chrono::minutes(15));
   EXPECT_EQ(config->sandbox.network.mode, NetworkMode::kNone);
   EXPECT_EQ(config->sandbox.packages.size(), 7u);
+  EXPECT_EQ(config->database.url, "");
+  EXPECT_EQ(config->database.port, 55432);
+  EXPECT_EQ(config->database.query_max_rows, 200u);
+  EXPECT_EQ(config->database.statement_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(config->database.export_row_group_rows, 131072u);
+}
+
+TEST(Config, ReadsTheDatabaseSection) {
+  auto config = parse_config(R"(
+database:
+  url: postgresql://reader@db.internal:5432/analytics
+  port: 6543
+  query_max_rows: 50
+  statement_timeout: 1m30s
+  export_row_group_rows: 65536
+)",
+                             "config.yml");
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->database.url, "postgresql://reader@db.internal:5432/analytics");
+  EXPECT_EQ(config->database.port, 6543);
+  EXPECT_EQ(config->database.query_max_rows, 50u);
+  EXPECT_EQ(config->database.statement_timeout, std::chrono::seconds(90));
+  EXPECT_EQ(config->database.export_row_group_rows, 65536u);
+  EXPECT_EQ(parse_config("database:\n", "config.yml")->database.query_max_rows, 200u);
 }
 
 TEST(Config, ReadsTheDesignExample) {
@@ -91,6 +115,21 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"broken yaml", "sandbox:\n  resources: {cpus: 1\n", "config.yml:"},
       {"row cap zero", "sandbox:\n  export_max_rows: 0\n",
        "sandbox.export_max_rows: 0 is out of range"},
+      {"unknown database key", "database:\n  host: x\n",
+       "config.yml:2: database.host: unknown key (known keys here: url, port, query_max_rows, "
+       "statement_timeout, export_row_group_rows)"},
+      {"database not a map", "database: postgres\n", "database: must be a mapping"},
+      {"privileged port", "database:\n  port: 80\n",
+       "database.port: 80 is out of range (allowed: 1024 to 65535)"},
+      {"port not a number", "database:\n  port: high\n",
+       "database.port: 'high' is not a whole number"},
+      {"query cap zero", "database:\n  query_max_rows: 0\n",
+       "database.query_max_rows: 0 is out of range"},
+      {"zero statement timeout", "database:\n  statement_timeout: 0s\n",
+       "database.statement_timeout: must be longer than zero"},
+      {"url a list", "database:\n  url: [a, b]\n", "database.url: must be a single value"},
+      {"tiny row groups", "database:\n  export_row_group_rows: 10\n",
+       "database.export_row_group_rows: 10 is out of range"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

@@ -1,0 +1,84 @@
+// A libpq connection and its results, owned (RAII), with errors in PostgreSQL's own words and
+// an ErrorCode chosen from the SQLSTATE.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "common/units.h"
+
+namespace quarry::data {
+
+struct PgResultDeleter {
+  void operator()(PGresult* result) const { PQclear(result); }
+};
+using PgResult = std::unique_ptr<PGresult, PgResultDeleter>;
+
+// One message of a COPY ... TO STDOUT, freed with PQfreemem.
+struct CopyBufferDeleter {
+  void operator()(char* buffer) const { PQfreemem(buffer); }
+};
+struct CopyChunk {
+  std::unique_ptr<char, CopyBufferDeleter> buffer;
+  size_t size = 0;
+  std::string_view bytes() const { return {buffer.get(), size}; }
+};
+
+// PostgreSQL's SQLSTATE for "canceling statement due to statement timeout".
+inline constexpr std::string_view kQueryCanceled = "57014";
+
+// The error of a failed result: the server's message, detail, hint and position, with a code
+// from its SQLSTATE (syntax -> invalid argument, privileges and read-only -> permission denied,
+// statement timeout -> deadline exceeded, connection -> unavailable).
+Error error_from_result(const PGresult* result);
+
+class Connection {
+ public:
+  // `conninfo` is a URL (postgresql://...) or a key=value string. Never put it in a message:
+  // it may hold a password.
+  static Result<Connection> open(const std::string& conninfo,
+                                 std::chrono::seconds connect_timeout = std::chrono::seconds(10));
+
+  // Runs one statement with the extended protocol, which refuses a second statement after ';'.
+  // Parameters are text; nullopt is NULL.
+  Result<PgResult> exec(std::string_view sql,
+                        std::initializer_list<std::optional<std::string>> params = {});
+  // Runs a script of several statements (simple protocol): only for quarry's own SQL.
+  Result<void> exec_script(std::string_view sql);
+
+  // Parses `sql` as the prepared statement `name` and describes it: PQnfields, PQfname,
+  // PQftype and PQfmod of the result tell its columns (none for a statement without rows).
+  Result<PgResult> describe(std::string_view name, std::string_view sql);
+
+  // Starts a COPY ... TO STDOUT statement (sent with the extended protocol).
+  Result<void> start_copy_out(std::string_view sql);
+  // The next message of the running COPY; nullopt once it has ended (successfully).
+  Result<std::optional<CopyChunk>> next_copy_chunk();
+
+  // Asks the server to cancel the running statement (best effort).
+  void cancel();
+
+  PGconn* get() const { return connection_.get(); }
+
+ private:
+  struct Deleter {
+    void operator()(PGconn* connection) const { PQfinish(connection); }
+  };
+  explicit Connection(PGconn* connection) : connection_(connection) {}
+
+  // The error libpq reports for the connection itself (no result).
+  Error connection_error(std::string_view what) const;
+
+  std::unique_ptr<PGconn, Deleter> connection_;
+};
+
+// Starts a READ ONLY transaction whose statements are cancelled after `statement_timeout`.
+Result<void> begin_read_only(Connection& connection, Duration statement_timeout);
+
+}  // namespace quarry::data

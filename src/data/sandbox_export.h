@@ -1,0 +1,45 @@
+// export_query(sql, filename): a query's rows as a Parquet file in a sandbox's data_dir, for
+// the analysis code to read without the data passing through the model. The file is written
+// on the host first and uploaded only when complete.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "data/parquet_export.h"
+#include "sandbox/provider.h"
+
+namespace quarry::data {
+
+// A plain file name: a letter or digit, then up to 99 letters, digits, '.', '_' or '-', ending
+// in ".parquet". No paths, no "..", no hidden files.
+Result<void> validate_export_filename(std::string_view filename);
+
+struct SandboxExportRequest {
+  std::string sandbox_id;
+  std::string data_dir;  // sandbox.data_dir
+  std::string conninfo;
+  std::string sql;
+  std::string filename;
+  ExportOptions options;
+  std::filesystem::path temp_dir;  // where the file is written before upload
+};
+
+struct SandboxExport {
+  std::string path;  // inside the sandbox
+  ExportSummary summary;
+};
+
+Result<SandboxExport> export_to_sandbox(sandbox::SandboxProvider& provider,
+                                        const SandboxExportRequest& request);
+
+// What the tool returns: {"path", "rows", "truncated", "max_rows", "bytes", "elapsed_ms",
+// "columns": [{"name", "type", "parquet_type"}], "message"}; the message says in words when
+// rows were cut.
+nlohmann::json to_json(const SandboxExport& result);
+nlohmann::json to_json(const ExportSummary& summary);
+
+}  // namespace quarry::data

@@ -1,0 +1,198 @@
+// export_parquet against a real PostgreSQL, read back with Arrow on the host (the round trip
+// through a sandbox and Polars is in data_boundary_test.cc).
+#include <arrow/api.h>
+#include <arrow/io/file.h>
+#include <gtest/gtest.h>
+#include <parquet/arrow/reader.h>
+#include <unistd.h>
+
+#include "data/parquet_export.h"
+#include "data/sandbox_export.h"
+#include "postgres_environment.h"
+
+namespace quarry::data {
+namespace {
+
+using quarry::testing::PostgresEnvironment;
+
+const std::string& reader() {
+  return PostgresEnvironment::get().server().reader_conninfo;
+}
+
+class ExportTest : public ::testing::Test {
+ protected:
+  std::filesystem::path file_ =
+      std::filesystem::temp_directory_path() /
+      fmt::format("quarry-export-test-{}-{}.parquet", ::getpid(),
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  void TearDown() override { std::filesystem::remove(file_); }
+
+  ExportOptions options(uint64_t max_rows = 100000) {
+    ExportOptions options;
+    options.max_rows = max_rows;
+    options.row_group_rows = 1024;
+    return options;
+  }
+
+  std::shared_ptr<arrow::Table> read_back() {
+    auto input = arrow::io::ReadableFile::Open(file_.string()).ValueOrDie();
+    auto reader = parquet::arrow::OpenFile(input, arrow::default_memory_pool()).ValueOrDie();
+    row_groups_ = reader->num_row_groups();
+    return reader->ReadTable().ValueOrDie();
+  }
+  int row_groups_ = 0;
+};
+
+TEST_F(ExportTest, WritesTypedColumnsInRowGroups) {
+  auto summary = export_parquet(
+      reader(), "SELECT n, n * 1.5 AS half, 'row ' || n AS label FROM numbers ORDER BY n", file_,
+      options());
+  ASSERT_TRUE(summary) << summary.error().message;
+  EXPECT_EQ(summary->rows, 1000u);
+  EXPECT_FALSE(summary->truncated);
+  EXPECT_EQ(summary->bytes, std::filesystem::file_size(file_));
+  ASSERT_EQ(summary->columns.size(), 3u);
+  EXPECT_EQ(summary->columns[0].sql_type, "integer");
+  EXPECT_EQ(summary->columns[0].parquet_type, "int32");
+  EXPECT_EQ(summary->columns[1].parquet_type, "decimal128(38, 9)");
+  auto table = read_back();
+  EXPECT_EQ(table->num_rows(), 1000);
+  EXPECT_EQ(table->schema()->ToString(), "n: int32\nhalf: decimal128(38, 9)\nlabel: string");
+  auto last = table->Slice(999, 1);
+  EXPECT_EQ(last->GetColumnByName("label")->chunk(0)->ToString(), "[\n  \"row 1000\"\n]");
+  EXPECT_EQ(row_groups_, 1);  // 1000 rows fit one group of 1024
+
+  auto json = to_json(*summary);
+  EXPECT_EQ(json["rows"], 1000);
+  EXPECT_TRUE(json["message"].is_null());
+}
+
+TEST_F(ExportTest, StartsANewRowGroupEveryNRows) {
+  auto opts = options();
+  opts.row_group_rows = 100;
+  std::vector<uint64_t> progress;
+  opts.on_progress = [&](uint64_t rows) { progress.push_back(rows); };
+  auto summary = export_parquet(reader(), "SELECT n FROM numbers", file_, opts);
+  ASSERT_TRUE(summary) << summary.error().message;
+  read_back();
+  EXPECT_EQ(row_groups_, 10);
+  EXPECT_EQ(progress.back(), 1000u);
+}
+
+TEST_F(ExportTest, CutsAtExportMaxRowsAndSaysSo) {
+  auto summary = export_parquet(reader(), "SELECT n FROM numbers ORDER BY n", file_, options(100));
+  ASSERT_TRUE(summary) << summary.error().message;
+  EXPECT_EQ(summary->rows, 100u);
+  EXPECT_TRUE(summary->truncated);
+  EXPECT_EQ(read_back()->num_rows(), 100);
+  auto json = to_json(*summary);
+  EXPECT_EQ(json["truncated"], true);
+  EXPECT_NE(json["message"].get<std::string>().find("cut at sandbox.export_max_rows = 100"),
+            std::string::npos);
+
+  auto exact = export_parquet(reader(), "SELECT n FROM numbers", file_, options(1000));
+  ASSERT_TRUE(exact) << exact.error().message;
+  EXPECT_EQ(exact->rows, 1000u);
+  EXPECT_FALSE(exact->truncated);
+}
+
+TEST_F(ExportTest, AnEmptyResultIsAFileWithTheSchema) {
+  auto summary = export_parquet(reader(), "SELECT * FROM round_trip WHERE false", file_, options());
+  ASSERT_TRUE(summary) << summary.error().message;
+  EXPECT_EQ(summary->rows, 0u);
+  auto table = read_back();
+  EXPECT_EQ(table->num_rows(), 0);
+  EXPECT_EQ(table->num_columns(), 24);
+}
+
+TEST_F(ExportTest, RefusesWhatItCannotStoreNamingTheColumn) {
+  struct Case {
+    const char* sql;
+    const char* expected;
+  } cases[] = {
+      {"SELECT interval '1 day' AS gap", "column 'gap' has type interval"},
+      {"SELECT 'NaN'::numeric AS ratio", "column 'ratio' has NaN"},
+      {"SELECT 'infinity'::timestamp AS never", "column 'never' has the timestamp 'infinity'"},
+      {"SELECT ARRAY[[1,2],[3,4]] AS grid", "column 'grid' has a 2-dimensional array"},
+      {"SELECT 1 AS a, 2 AS a", "two columns are named 'a'"},
+      {"SELECT 1e40::numeric AS huge", "column 'huge' has a value with more than 29 digits"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.sql);
+    auto summary = export_parquet(reader(), c.sql, file_, options());
+    ASSERT_FALSE(summary);
+    EXPECT_EQ(summary.error().code, ErrorCode::kInvalidArgument) << summary.error().message;
+    EXPECT_NE(summary.error().message.find(c.expected), std::string::npos)
+        << summary.error().message;
+    EXPECT_FALSE(std::filesystem::exists(file_)) << "a failed export leaves no file";
+  }
+}
+
+TEST_F(ExportTest, RefusesWrites) {
+  for (const char* sql :
+       {"INSERT INTO numbers VALUES (-1)",
+        "WITH gone AS (DELETE FROM numbers RETURNING n) SELECT * FROM gone",
+        "COPY (SELECT 1) TO PROGRAM 'touch /tmp/quarry-pwned'", "SET ROLE quarry_admin",
+        "SELECT 1; DELETE FROM numbers", "SELECT 1) TO PROGRAM 'touch /tmp/quarry-pwned' --"}) {
+    SCOPED_TRACE(sql);
+    auto summary = export_parquet(reader(), sql, file_, options());
+    ASSERT_FALSE(summary);
+    EXPECT_TRUE(summary.error().message.starts_with("export_query: ")) << summary.error().message;
+  }
+  EXPECT_FALSE(std::filesystem::exists("/tmp/quarry-pwned"));
+}
+
+TEST_F(ExportTest, EndsALongExportAtTheStatementTimeout) {
+  auto opts = options();
+  opts.statement_timeout = std::chrono::milliseconds(500);
+  auto summary = export_parquet(reader(), "SELECT n FROM numbers WHERE pg_sleep(0.01)::text = ''",
+                                file_, opts);
+  ASSERT_FALSE(summary);
+  EXPECT_EQ(summary.error().code, ErrorCode::kDeadlineExceeded);
+  EXPECT_NE(summary.error().message.find("database.statement_timeout (500ms)"), std::string::npos)
+      << summary.error().message;
+  EXPECT_FALSE(std::filesystem::exists(file_));
+}
+
+TEST_F(ExportTest, RefusesABadFileNameBeforeTouchingAnything) {
+  SandboxExportRequest request;
+  request.sandbox_id = "nonexistent";
+  request.data_dir = "/home/sandbox/data";
+  request.conninfo = "host=/nonexistent";
+  request.sql = "SELECT 1";
+  request.filename = "../../etc/passwd.parquet";
+  request.temp_dir = std::filesystem::temp_directory_path();
+  struct NoProvider : sandbox::SandboxProvider {
+    Result<sandbox::SandboxInfo> create(const sandbox::SandboxSpec&) override { return fail(); }
+    Result<void> prepare(std::string_view, const sandbox::PrepareSpec&) override { return fail(); }
+    Result<sandbox::ExecResult> exec(std::string_view, const sandbox::ExecRequest&) override {
+      return fail();
+    }
+    Result<void> write_file(std::string_view, std::string_view, std::istream&) override {
+      return fail();
+    }
+    Result<uint64_t> read_file(std::string_view, std::string_view, std::ostream&,
+                               uint64_t) override {
+      return fail();
+    }
+    Result<std::vector<sandbox::FileInfo>> list_files(std::string_view, std::string_view) override {
+      return fail();
+    }
+    Result<void> destroy(std::string_view) override { return fail(); }
+    Result<bool> is_alive(std::string_view) override { return fail(); }
+    Result<std::vector<sandbox::SandboxInfo>> find(const sandbox::Labels&) override {
+      return fail();
+    }
+    std::unexpected<Error> fail() {
+      ADD_FAILURE() << "the provider must not be used";
+      return make_error(ErrorCode::kInternal, "used");
+    }
+  } provider;
+  auto result = export_to_sandbox(provider, request);
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(result.error().message.find("must not contain a path"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace quarry::data

@@ -1,0 +1,38 @@
+// A real PostgreSQL for the data tests: quarry's own private server (PostgresServer) in a
+// state directory of this test binary, on a free loopback port, with the tables the tests
+// read. Registered as a gtest Environment by postgres_environment.cc itself.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "data/postgres_server.h"
+
+namespace quarry::testing {
+
+class PostgresEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override;
+  void TearDown() override;
+
+  static PostgresEnvironment& get();
+  const data::ServerInfo& server() const { return server_; }
+  // The passwords of the two roles, for tests that look for them where they must not be.
+  const std::string& admin_password() const { return admin_password_; }
+  const std::string& reader_password() const { return reader_password_; }
+  const std::filesystem::path& state_dir() const { return state_dir_; }
+
+ private:
+  std::filesystem::path state_dir_;
+  std::optional<data::PostgresServer> postgres_;
+  data::ServerInfo server_;
+  std::string admin_password_;
+  std::string reader_password_;
+};
+
+// Runs SQL as the superuser (test setup); fails the test on error.
+void admin_sql(const std::string& sql);
+
+}  // namespace quarry::testing

@@ -1,0 +1,194 @@
+// query_database against a real PostgreSQL, and the walls of the read-only role itself.
+#include "data/query.h"
+
+#include <gtest/gtest.h>
+
+#include "data/connection.h"
+#include "postgres_environment.h"
+
+namespace quarry::data {
+namespace {
+
+using quarry::testing::PostgresEnvironment;
+
+const std::string& reader() {
+  return PostgresEnvironment::get().server().reader_conninfo;
+}
+
+QueryOptions options(uint64_t max_rows = 200) {
+  return QueryOptions{max_rows, std::chrono::seconds(30)};
+}
+
+int64_t count_rows(std::string_view table) {
+  auto result = query_database(reader(), fmt::format("SELECT count(*) FROM {}", table), options());
+  EXPECT_TRUE(result) << result.error().message;
+  return result ? std::stoll(*result->rows.at(0).at(0)) : -1;
+}
+
+TEST(QueryDatabase, ReturnsColumnsTypesAndValues) {
+  auto result = query_database(
+      reader(), "SELECT id, c_text, c_numeric, c_timestamptz FROM round_trip ORDER BY id LIMIT 2",
+      options());
+  ASSERT_TRUE(result) << result.error().message;
+  ASSERT_EQ(result->columns.size(), 4u);
+  EXPECT_EQ(result->columns[0].name, "id");
+  EXPECT_EQ(result->columns[0].sql_type, "integer");
+  EXPECT_EQ(result->columns[2].sql_type, "numeric(12,3)");
+  EXPECT_EQ(result->columns[3].sql_type, "timestamp with time zone");
+  ASSERT_EQ(result->rows.size(), 2u);
+  EXPECT_EQ(result->rows[0][1], "plain text");
+  EXPECT_EQ(result->rows[0][2], "12.340");
+  EXPECT_EQ(result->rows[0][3], "2024-02-29 11:45:01.123456+00");
+  EXPECT_EQ(result->rows[1][1], std::nullopt);
+  EXPECT_FALSE(result->truncated);
+
+  auto json = to_json(*result);
+  EXPECT_EQ(json["rows"][0][0], 1);
+  EXPECT_EQ(json["rows"][0][2], "12.340");  // numeric stays text: no digits lost
+  EXPECT_TRUE(json["rows"][1][1].is_null());
+  EXPECT_EQ(json["columns"][1]["type"], "text");
+}
+
+TEST(QueryDatabase, CutsAtMaxRowsAndSaysSo) {
+  auto cut = query_database(reader(), "SELECT n FROM numbers ORDER BY n", options(5));
+  ASSERT_TRUE(cut) << cut.error().message;
+  EXPECT_EQ(cut->rows.size(), 5u);
+  EXPECT_TRUE(cut->truncated);
+  EXPECT_NE(to_text(*cut).find("cut at database.query_max_rows = 5"), std::string::npos);
+  EXPECT_EQ(to_json(*cut)["truncated"], true);
+
+  auto exact = query_database(reader(), "SELECT n FROM numbers WHERE n <= 5", options(5));
+  ASSERT_TRUE(exact) << exact.error().message;
+  EXPECT_EQ(exact->rows.size(), 5u);
+  EXPECT_FALSE(exact->truncated);
+  EXPECT_NE(to_text(*exact).find("(5 rows)"), std::string::npos);
+}
+
+TEST(QueryDatabase, EndsALongQueryAtTheStatementTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  auto slow = query_database(reader(), "SELECT pg_sleep(10)",
+                             QueryOptions{200, std::chrono::milliseconds(500)});
+  ASSERT_FALSE(slow);
+  EXPECT_EQ(slow.error().code, ErrorCode::kDeadlineExceeded);
+  EXPECT_NE(slow.error().message.find("ran longer than database.statement_timeout (500ms)"),
+            std::string::npos)
+      << slow.error().message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(QueryDatabase, ReportsSqlErrorsClearly) {
+  struct Case {
+    const char* sql;
+    ErrorCode code;
+    const char* expected;
+  } cases[] = {
+      {"SELEC 1", ErrorCode::kInvalidArgument,
+       "syntax error at or near \"SELEC\" (at character 1)"},
+      {"SELECT nope FROM numbers", ErrorCode::kInvalidArgument, "column \"nope\" does not exist"},
+      {"SELECT 1/0", ErrorCode::kInvalidArgument, "division by zero"},
+      {"", ErrorCode::kInvalidArgument, "no SQL given"},
+      {"SELECT * FROM pg_authid", ErrorCode::kPermissionDenied, "permission denied"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.sql);
+    auto result = query_database(reader(), c.sql, options());
+    ASSERT_FALSE(result);
+    EXPECT_EQ(result.error().code, c.code) << result.error().message;
+    EXPECT_NE(result.error().message.find(c.expected), std::string::npos) << result.error().message;
+    EXPECT_TRUE(result.error().message.starts_with("query_database: "));
+  }
+}
+
+TEST(QueryDatabase, RefusesWrites) {
+  constexpr auto kDenied = ErrorCode::kPermissionDenied;
+  struct Case {
+    const char* name;
+    const char* sql;
+    ErrorCode code;
+    const char* expected;
+  } cases[] = {
+      {"insert", "INSERT INTO numbers VALUES (-1)", kDenied, "returns no rows"},
+      {"insert returning", "INSERT INTO numbers VALUES (-1) RETURNING n", kDenied,
+       "cannot execute INSERT in a read-only transaction"},
+      // PostgreSQL names the top-level statement (SELECT) when the CTE tries to write.
+      {"writing CTE", "WITH gone AS (DELETE FROM numbers RETURNING n) SELECT count(*) FROM gone",
+       kDenied, "in a read-only transaction"},
+      {"copy to program", "COPY (SELECT 1) TO PROGRAM 'touch /tmp/quarry-pwned'", kDenied,
+       "returns no rows"},
+      {"set role", "SET ROLE quarry_admin", kDenied, "returns no rows"},
+      {"drop", "DROP TABLE numbers", kDenied, "returns no rows"},
+      {"server-side file access", "SELECT lo_import('/etc/passwd')", kDenied, "permission denied"},
+      {"second statement", "SELECT 1; DELETE FROM numbers", ErrorCode::kInvalidArgument,
+       "only one statement"},
+      {"second statement after a query", "SELECT n FROM numbers; SELECT 2",
+       ErrorCode::kInvalidArgument, "only one statement"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto result = query_database(reader(), c.sql, options());
+    ASSERT_FALSE(result);
+    EXPECT_EQ(result.error().code, c.code) << result.error().message;
+    EXPECT_NE(result.error().message.find(c.expected), std::string::npos) << result.error().message;
+  }
+  EXPECT_EQ(count_rows("numbers"), 1000);
+  EXPECT_FALSE(std::filesystem::exists("/tmp/quarry-pwned"));
+}
+
+// Behind the tools' checks, the role itself cannot write, switch roles or run programs, even
+// outside a READ ONLY transaction and after turning its read-only default off.
+TEST(ReaderRole, CannotWriteEvenWithoutTheToolsChecks) {
+  auto connection = Connection::open(reader());
+  ASSERT_TRUE(connection) << connection.error().message;
+  struct Case {
+    const char* sql;
+    const char* expected;
+  } cases[] = {
+      {"SET ROLE quarry_admin", "permission denied to set role"},
+      {"COPY (SELECT 1) TO PROGRAM 'touch /tmp/quarry-pwned'", "pg_execute_server_program"},
+      {"COPY numbers TO '/tmp/quarry-pwned'", "pg_write_server_files"},
+      {"INSERT INTO numbers VALUES (-1)", "permission denied for table numbers"},
+      {"CREATE TABLE mine (a int)", "permission denied for schema public"},
+      {"CREATE TEMP TABLE mine (a int)", "permission denied to create temporary tables"},
+      {"ALTER ROLE quarry_reader SUPERUSER", "superuser"},
+  };
+  ASSERT_TRUE(connection->exec("SET default_transaction_read_only = off"));
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.sql);
+    auto result = connection->exec(c.sql);
+    ASSERT_FALSE(result);
+    EXPECT_EQ(result.error().code, ErrorCode::kPermissionDenied) << result.error().message;
+    EXPECT_NE(result.error().message.find(c.expected), std::string::npos) << result.error().message;
+  }
+  EXPECT_EQ(count_rows("numbers"), 1000);
+  EXPECT_FALSE(std::filesystem::exists("/tmp/quarry-pwned"));
+}
+
+TEST(PostgresServer, UpIsIdempotentAndDownIsClean) {
+  const auto& environment = PostgresEnvironment::get();
+  PostgresServer again(environment.state_dir(), environment.server().port);
+  auto info = again.up();
+  ASSERT_TRUE(info) << info.error().message;
+  EXPECT_EQ(info->reader_url, environment.server().reader_url);
+  EXPECT_TRUE(info->reader_url.starts_with("postgresql://quarry_reader:"));
+  auto running = again.running();
+  ASSERT_TRUE(running) << running.error().message;
+  EXPECT_EQ(running->port, environment.server().port);
+
+  // The credentials file is root's alone.
+  struct stat info_stat {};
+  ASSERT_EQ(::stat((again.directory() / "credentials.json").c_str(), &info_stat), 0);
+  EXPECT_EQ(info_stat.st_mode & 0777, 0600u);
+  EXPECT_EQ(info_stat.st_uid, 0u);
+
+  // A server in another state directory that was never started is simply not running.
+  PostgresServer absent(environment.state_dir() / "elsewhere", environment.server().port);
+  auto not_running = absent.running();
+  ASSERT_FALSE(not_running);
+  EXPECT_NE(not_running.error().message.find("quarry db up"), std::string::npos);
+  auto down = absent.down();
+  ASSERT_TRUE(down) << down.error().message;
+  EXPECT_FALSE(*down);
+}
+
+}  // namespace
+}  // namespace quarry::data
