@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "common/file_util.h"
 #include "config/paths.h"
 
 namespace quarry::cli {
@@ -29,6 +30,15 @@ Result<sandbox::local::LocalProvider*> Context::provider() {
                                     config->sandbox, {state_dir(), cache_dir(), {}}));
   }
   return provider_.get();
+}
+
+Result<conversation::HistoryStore*> Context::history() {
+  if (!history_) {
+    RETURN_IF_ERROR(make_directories(state_dir(), 0755));
+    ASSIGN_OR_RETURN(history_,
+                     conversation::SqliteHistoryStore::open(state_dir() / "history.db", clock_));
+  }
+  return history_.get();
 }
 
 int report(const Error& error) {

@@ -7,8 +7,10 @@
 #include <optional>
 #include <string>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "config/config.h"
+#include "conversation/sqlite_history_store.h"
 #include "sandbox/local/local_provider.h"
 
 namespace quarry::cli {
@@ -26,6 +28,8 @@ class Context {
 
   Result<const Config*> config();
   Result<sandbox::local::LocalProvider*> provider();
+  // The conversation history, <state>/history.db.
+  Result<conversation::HistoryStore*> history();
   std::filesystem::path state_dir() const;
   std::filesystem::path cache_dir() const;
 
@@ -33,6 +37,8 @@ class Context {
   const GlobalOptions& options_;
   std::optional<Config> config_;
   std::unique_ptr<sandbox::local::LocalProvider> provider_;
+  SystemClock clock_;
+  std::unique_ptr<conversation::SqliteHistoryStore> history_;
 };
 
 // Prints "quarry: <message>" on stderr and returns the exit status for a failed command.

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -280,6 +281,42 @@ Result<void> parse_database(const Walker& walk, const YAML::Node& node, Database
   return {};
 }
 
+Result<void> parse_conversations(const Walker& walk, const YAML::Node& node,
+                                 ConversationsConfig& out) {
+  RETURN_IF_ERROR(walk.check_map(node, "conversations", {"instance_id", "context"}));
+  if (node.IsNull()) return {};
+  if (auto value = node["instance_id"]) {
+    ASSIGN_OR_RETURN(out.instance_id, walk.scalar(value, "conversations.instance_id"));
+    const bool valid =
+        !out.instance_id.empty() && out.instance_id.size() <= 63 &&
+        std::all_of(out.instance_id.begin(), out.instance_id.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+        });
+    if (!valid) {
+      return walk.fail(value, "conversations.instance_id",
+                       "'{}' must be 1 to 63 letters, digits, '-', '_' or '.'", out.instance_id);
+    }
+  }
+  if (auto context = node["context"]) {
+    RETURN_IF_ERROR(walk.check_map(context, "conversations.context",
+                                   {"budget", "tool_output", "recent_turns"}));
+    if (auto value = context["budget"]) {
+      ASSIGN_OR_RETURN(out.context.budget_chars,
+                       walk.count(value, "conversations.context.budget", 1000, 100'000'000));
+    }
+    if (auto value = context["tool_output"]) {
+      ASSIGN_OR_RETURN(out.context.tool_output_chars,
+                       walk.count(value, "conversations.context.tool_output", 100, 100'000'000));
+    }
+    if (auto value = context["recent_turns"]) {
+      ASSIGN_OR_RETURN(auto turns,
+                       walk.count(value, "conversations.context.recent_turns", 1, 1000));
+      out.context.recent_turns = static_cast<uint32_t>(turns);
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<void> validate_resources(const ResourceLimits& resources) {
@@ -315,12 +352,14 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
   config.source = std::string(source);
   Walker walk(source);
   if (root.IsNull()) return config;  // an empty file means all defaults
-  RETURN_IF_ERROR(walk.check_map(root, "", {"sandbox", "database"}));
+  RETURN_IF_ERROR(walk.check_map(root, "", {"sandbox", "database", "conversations"}));
   try {
     if (auto sandbox = root["sandbox"])
       RETURN_IF_ERROR(parse_sandbox(walk, sandbox, config.sandbox));
     if (auto database = root["database"])
       RETURN_IF_ERROR(parse_database(walk, database, config.database));
+    if (auto conversations = root["conversations"])
+      RETURN_IF_ERROR(parse_conversations(walk, conversations, config.conversations));
   } catch (const YAML::Exception& error) {
     return make_error(ErrorCode::kInvalidArgument, "{}:{}: {}", source, error.mark.line + 1,
                       error.msg);

@@ -59,9 +59,23 @@ struct DatabaseConfig {
   uint64_t export_row_group_rows = 131072;  // rows per Parquet row group (also bounded by bytes)
 };
 
+// What the model sees of a conversation's history (conversation/context_filter.h).
+struct ContextConfig {
+  uint64_t budget_chars = 96'000;      // about 24k tokens
+  uint64_t tool_output_chars = 8'000;  // one tool result, before it is cut
+  uint32_t recent_turns = 2;           // turns whose tool results are kept in full
+};
+
+struct ConversationsConfig {
+  // Labels this installation's sandboxes; a server restarting cleans up only its own.
+  std::string instance_id = "local";
+  ContextConfig context;
+};
+
 struct Config {
   SandboxConfig sandbox;
   DatabaseConfig database;
+  ConversationsConfig conversations;
   // Where the configuration came from, for messages ("built-in defaults" if no file).
   std::string source = "built-in defaults";
 };

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/unique_fd.h"
+#include "conversation/conversation_manager.h"
+#include "conversation/sqlite_history_store.h"
 #include "sandbox_environment.h"
 
 extern char** environ;
@@ -215,6 +217,70 @@ TEST(Cli, BadInputGetsAClearError) {
   auto unknown = quarry({"sandbox", "exec", "ffffffffffff", "--", "true"});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("no sandbox 'ffffffffffff'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace quarry::testing
+
+namespace quarry::testing {
+namespace {
+
+// A conversation made through the library, read through the CLI.
+TEST(Cli, ConversationsLsAndShow) {
+  auto& environment = SandboxEnvironment::get();
+  SystemClock clock;
+  auto history =
+      conversation::SqliteHistoryStore::open(environment.state_dir() / "history.db", clock);
+  ASSERT_TRUE(history) << history.error().message;
+  auto id = (*history)->create_conversation("median views per category")->id;
+  conversation::ManagerOptions options;
+  options.instance_id = fmt::format("cli-{}", ::getpid());
+  options.spec.resources = environment.config().sandbox.resources;
+  conversation::ConversationManager manager(environment.provider(), **history, clock, options);
+  {
+    auto turn = manager.begin_turn(id);
+    ASSERT_TRUE(turn);
+    conversation::Message question;
+    question.turn = 1;
+    question.content = "What is the median?";
+    (*history)->append_message(id, question);
+    sandbox::ExecRequest request;
+    request.argv = {"python3", "-c", "print(42)"};
+    ASSERT_TRUE((*turn)->sandbox().execute(request));
+  }
+
+  auto ls = quarry({"conversations", "ls"});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find(id), std::string::npos);
+  EXPECT_NE(ls.out.find("median views per category"), std::string::npos);
+  EXPECT_NE(ls.out.find("idle"), std::string::npos);
+
+  auto show = quarry({"conversations", "show", id});
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_NE(show.out.find("turn 1"), std::string::npos);
+  EXPECT_NE(show.out.find("What is the median?"), std::string::npos);
+  EXPECT_NE(show.out.find("exec      python3 -c 'print(42)'"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("exit 0, run "), std::string::npos);
+  EXPECT_EQ(show.out.find("sandbox_ready"), std::string::npos);  // events only on request
+
+  auto events = quarry({"conversations", "show", id, "--events"});
+  EXPECT_NE(events.out.find("sandbox_ready"), std::string::npos) << events.out;
+  EXPECT_NE(events.out.find("new -> starting"), std::string::npos);
+
+  auto json = quarry({"conversations", "show", id, "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  auto parsed = nlohmann::json::parse(json.out);
+  EXPECT_EQ(parsed["turns"], 1);
+  EXPECT_EQ(parsed["sandbox"]["state"], "idle");
+  EXPECT_EQ(parsed["execs"][0]["stdout"], "42\n");
+  EXPECT_EQ(parsed["execs"][0]["command"], "python3 -c 'print(42)'");
+  EXPECT_FALSE(parsed["events"].empty());
+  EXPECT_EQ(parsed["messages"][0]["content"], "What is the median?");
+
+  auto missing = quarry({"conversations", "show", "nope"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("no conversation 'nope'"), std::string::npos);
+  (void)manager.shutdown();
 }
 
 }  // namespace

@@ -113,6 +113,13 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "sandbox.packages[1]: 'rm -rf /' is not a package requirement"},
       {"section not a map", "sandbox: 3\n", "sandbox: must be a mapping"},
       {"broken yaml", "sandbox:\n  resources: {cpus: 1\n", "config.yml:"},
+      {"bad instance id", "conversations:\n  instance_id: 'a b'\n",
+       "conversations.instance_id: 'a b' must be 1 to 63 letters"},
+      {"unknown context key", "conversations:\n  context: {budjet: 5}\n",
+       "conversations.context.budjet: unknown key (known keys here: budget, tool_output, "
+       "recent_turns)"},
+      {"tiny budget", "conversations:\n  context: {budget: 10}\n",
+       "conversations.context.budget: 10 is out of range"},
       {"row cap zero", "sandbox:\n  export_max_rows: 0\n",
        "sandbox.export_max_rows: 0 is out of range"},
       {"unknown database key", "database:\n  host: x\n",
@@ -139,6 +146,20 @@ TEST(Config, RejectsBadInputNamingTheKey) {
     EXPECT_NE(config.error().message.find(c.expected), std::string::npos)
         << "message was: " << config.error().message;
   }
+}
+
+TEST(Config, ReadsConversationSettings) {
+  auto config = parse_config(
+      "conversations:\n  instance_id: prod-1\n  context: {budget: 50000, tool_output: 4000, "
+      "recent_turns: 3}\n",
+      "config.yml");
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->conversations.instance_id, "prod-1");
+  EXPECT_EQ(config->conversations.context.budget_chars, 50000u);
+  EXPECT_EQ(config->conversations.context.tool_output_chars, 4000u);
+  EXPECT_EQ(config->conversations.context.recent_turns, 3u);
+  auto defaults = parse_config("", "config.yml");
+  EXPECT_EQ(defaults->conversations.instance_id, "local");
 }
 
 TEST(Config, LoadPrefersTheExplicitFileThenTheEnvironment) {
