@@ -187,11 +187,11 @@ std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, i
     if (auto made = make_directories(temp_dir, 0700); !made) {
       return void(exit_code = report(made.error()));
     }
-    data::SandboxExportRequest request{export_sandbox, (*config)->sandbox.data_dir,
-                                       target->reader, export_sql,
-                                       export_file,    options,
-                                       temp_dir};
-    auto result = data::export_to_sandbox(**provider, request);
+    auto upload = data::upload_to(**provider, export_sandbox);
+    if (!upload) return void(exit_code = report(upload.error()));
+    data::SandboxExportRequest request{
+        (*config)->sandbox.data_dir, target->reader, export_sql, export_file, options, temp_dir};
+    auto result = data::export_to_sandbox(request, *upload);
     if (!result) return void(exit_code = report(result.error()));
     progress.finish(fmt::format("{} rows", result->summary.rows));
     if (export_json) {

@@ -70,15 +70,19 @@ Result<void> validate_export_filename(std::string_view filename) {
   return {};
 }
 
-Result<SandboxExport> export_to_sandbox(sandbox::SandboxProvider& provider,
-                                        const SandboxExportRequest& request) {
-  RETURN_IF_ERROR(validate_export_filename(request.filename));
-  ASSIGN_OR_RETURN(bool alive, provider.is_alive(request.sandbox_id));
+Result<Upload> upload_to(sandbox::SandboxProvider& provider, std::string id) {
+  ASSIGN_OR_RETURN(bool alive, provider.is_alive(id));
   if (!alive) {
     return make_error(ErrorCode::kFailedPrecondition,
-                      "export_query: sandbox {} is not running; nothing was exported",
-                      request.sandbox_id);
+                      "export_query: sandbox {} is not running; nothing was exported", id);
   }
+  return Upload([&provider, id](std::string_view path, std::istream& content) {
+    return provider.write_file(id, path, content);
+  });
+}
+
+Result<SandboxExport> export_to_sandbox(const SandboxExportRequest& request, const Upload& upload) {
+  RETURN_IF_ERROR(validate_export_filename(request.filename));
   ASSIGN_OR_RETURN(auto temp, TempFile::create(request.temp_dir));
   SandboxExport result;
   ASSIGN_OR_RETURN(result.summary,
@@ -90,7 +94,7 @@ Result<SandboxExport> export_to_sandbox(sandbox::SandboxProvider& provider,
     return make_error(ErrorCode::kInternal, "export_query: cannot read back '{}'",
                       temp.path().string());
   }
-  RETURN_IF_ERROR(with_context(provider.write_file(request.sandbox_id, result.path, content),
+  RETURN_IF_ERROR(with_context(upload(result.path, content),
                                fmt::format("export_query: uploading to {}", result.path)));
   result.summary.elapsed_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - upload_start)

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -18,8 +20,11 @@ namespace quarry::data {
 // in ".parquet". No paths, no "..", no hidden files.
 Result<void> validate_export_filename(std::string_view filename);
 
+// Puts the finished file at `path` inside the sandbox: a provider's write_file for a sandbox
+// id, or a conversation's LazySandbox, which knows no id.
+using Upload = std::function<Result<void>(std::string_view path, std::istream& content)>;
+
 struct SandboxExportRequest {
-  std::string sandbox_id;
   std::string data_dir;  // sandbox.data_dir
   std::string conninfo;
   std::string sql;
@@ -33,8 +38,10 @@ struct SandboxExport {
   ExportSummary summary;
 };
 
-Result<SandboxExport> export_to_sandbox(sandbox::SandboxProvider& provider,
-                                        const SandboxExportRequest& request);
+Result<SandboxExport> export_to_sandbox(const SandboxExportRequest& request, const Upload& upload);
+
+// The upload into sandbox `id` of `provider`, refusing a stopped sandbox before any query runs.
+Result<Upload> upload_to(sandbox::SandboxProvider& provider, std::string id);
 
 // What the tool returns: {"path", "rows", "truncated", "max_rows", "bytes", "elapsed_ms",
 // "columns": [{"name", "type", "parquet_type"}], "message"}; the message says in words when

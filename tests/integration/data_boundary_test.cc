@@ -22,14 +22,13 @@ using quarry::testing::ScopedSandbox;
 Result<SandboxExport> export_into(const std::string& sandbox_id, const std::string& sql,
                                   const std::string& filename) {
   SandboxExportRequest request;
-  request.sandbox_id = sandbox_id;
   request.data_dir = SandboxEnvironment::get().config().sandbox.data_dir;
   request.conninfo = PostgresEnvironment::get().server().reader_conninfo;
   request.sql = sql;
   request.filename = filename;
   request.options.row_group_rows = 2;  // several row groups even for this small table
   request.temp_dir = std::filesystem::temp_directory_path();
-  return export_to_sandbox(SandboxEnvironment::get().provider(), request);
+  return export_to_sandbox(request, *upload_to(SandboxEnvironment::get().provider(), sandbox_id));
 }
 
 // One column of round_trip: how PostgreSQL writes its canonical JSON value (`{}` is the
@@ -166,14 +165,14 @@ TEST(DataBoundary, EveryTypeRoundTripsIntoASandboxAndPolars) {
 TEST(DataBoundary, CutExportsSaySoAndBadNamesAreRefused) {
   ScopedSandbox sandbox;
   SandboxExportRequest request;
-  request.sandbox_id = sandbox.id();
+  auto upload = *upload_to(SandboxEnvironment::get().provider(), sandbox.id());
   request.data_dir = SandboxEnvironment::get().config().sandbox.data_dir;
   request.conninfo = PostgresEnvironment::get().server().reader_conninfo;
   request.sql = "SELECT n FROM numbers";
   request.filename = "numbers.parquet";
   request.options.max_rows = 10;
   request.temp_dir = std::filesystem::temp_directory_path();
-  auto cut = export_to_sandbox(SandboxEnvironment::get().provider(), request);
+  auto cut = export_to_sandbox(request, upload);
   ASSERT_TRUE(cut) << cut.error().message;
   EXPECT_EQ(cut->summary.rows, 10u);
   EXPECT_TRUE(cut->summary.truncated);
@@ -186,13 +185,13 @@ TEST(DataBoundary, CutExportsSaySoAndBadNamesAreRefused) {
   for (const char* name : {"../numbers.parquet", "/tmp/x.parquet", "numbers.csv", ".parquet"}) {
     SCOPED_TRACE(name);
     request.filename = name;
-    auto refused = export_to_sandbox(SandboxEnvironment::get().provider(), request);
+    auto refused = export_to_sandbox(request, upload);
     ASSERT_FALSE(refused);
     EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
   }
   request.filename = "numbers.parquet";
   request.sql = "SELECT nope FROM numbers";
-  ASSERT_FALSE(export_to_sandbox(SandboxEnvironment::get().provider(), request));
+  ASSERT_FALSE(export_to_sandbox(request, upload));
   count = python(sandbox.id(),
                  "import polars as pl; print(pl.read_parquet('" + cut->path + "').height)");
   ASSERT_TRUE(count);

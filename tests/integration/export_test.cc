@@ -156,39 +156,17 @@ TEST_F(ExportTest, EndsALongExportAtTheStatementTimeout) {
 
 TEST_F(ExportTest, RefusesABadFileNameBeforeTouchingAnything) {
   SandboxExportRequest request;
-  request.sandbox_id = "nonexistent";
   request.data_dir = "/home/sandbox/data";
   request.conninfo = "host=/nonexistent";
   request.sql = "SELECT 1";
   request.filename = "../../etc/passwd.parquet";
   request.temp_dir = std::filesystem::temp_directory_path();
-  struct NoProvider : sandbox::SandboxProvider {
-    Result<sandbox::SandboxInfo> create(const sandbox::SandboxSpec&) override { return fail(); }
-    Result<void> prepare(std::string_view, const sandbox::PrepareSpec&) override { return fail(); }
-    Result<sandbox::ExecResult> exec(std::string_view, const sandbox::ExecRequest&) override {
-      return fail();
-    }
-    Result<void> write_file(std::string_view, std::string_view, std::istream&) override {
-      return fail();
-    }
-    Result<uint64_t> read_file(std::string_view, std::string_view, std::ostream&,
-                               uint64_t) override {
-      return fail();
-    }
-    Result<std::vector<sandbox::FileInfo>> list_files(std::string_view, std::string_view) override {
-      return fail();
-    }
-    Result<void> destroy(std::string_view) override { return fail(); }
-    Result<bool> is_alive(std::string_view) override { return fail(); }
-    Result<std::vector<sandbox::SandboxInfo>> find(const sandbox::Labels&) override {
-      return fail();
-    }
-    std::unexpected<Error> fail() {
-      ADD_FAILURE() << "the provider must not be used";
-      return make_error(ErrorCode::kInternal, "used");
-    }
-  } provider;
-  auto result = export_to_sandbox(provider, request);
+  // Nothing may be uploaded for a refused name.
+  Upload upload = [](std::string_view, std::istream&) -> Result<void> {
+    ADD_FAILURE() << "nothing must be uploaded";
+    return make_error(ErrorCode::kInternal, "used");
+  };
+  auto result = export_to_sandbox(request, upload);
   ASSERT_FALSE(result);
   EXPECT_EQ(result.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(result.error().message.find("must not contain a path"), std::string::npos);
