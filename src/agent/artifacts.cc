@@ -1,0 +1,89 @@
+#include "agent/artifacts.h"
+
+#include <fstream>
+
+#include "common/file_util.h"
+#include "common/units.h"
+
+namespace quarry::agent {
+
+std::string artifact_type(std::string_view path) {
+  auto dot = path.rfind('.');
+  if (dot == std::string_view::npos) return "";
+  std::string extension(path.substr(dot + 1));
+  for (auto& c : extension)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* type : {"png", "svg", "html", "csv", "parquet", "json"}) {
+    if (extension == type) return extension;
+  }
+  return "";
+}
+
+ArtifactCollector::ArtifactCollector(std::string output_dir, std::filesystem::path store_dir,
+                                     uint64_t max_file_bytes)
+    : output_dir_(std::move(output_dir)),
+      store_dir_(std::move(store_dir)),
+      max_file_bytes_(max_file_bytes) {}
+
+Result<OutputSnapshot> ArtifactCollector::snapshot(conversation::LazySandbox& sandbox) const {
+  ASSIGN_OR_RETURN(auto files, sandbox.list_files(output_dir_));
+  OutputSnapshot snapshot;
+  for (const auto& file : files) {
+    if (file.is_directory) continue;
+    snapshot[file.path] = {file.size, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          file.modified_at.time_since_epoch())
+                                          .count()};
+  }
+  return snapshot;
+}
+
+Result<Collected> ArtifactCollector::collect(conversation::LazySandbox& sandbox,
+                                             const OutputSnapshot& before,
+                                             conversation::HistoryStore& history,
+                                             const std::string& conversation_id, int turn) const {
+  Collected collected;
+  ASSIGN_OR_RETURN(collected.after, snapshot(sandbox));
+  for (const auto& [path, stamp] : collected.after) {
+    auto previous = before.find(path);
+    if (previous != before.end() && previous->second == stamp) continue;  // unchanged
+    const std::string name = path.substr(output_dir_.size() + 1);
+    const std::string type = artifact_type(path);
+    if (type.empty()) {
+      collected.notes.push_back(fmt::format(
+          "{} was not collected: only png, svg, html, csv, parquet and json files are", path));
+      continue;
+    }
+    if (stamp.first > max_file_bytes_) {
+      collected.notes.push_back(fmt::format("{} ({}) was not collected: over the {} limit", path,
+                                            format_size(stamp.first),
+                                            format_size(max_file_bytes_)));
+      continue;
+    }
+    auto location = store_dir_ / conversation_id / std::to_string(turn) / name;
+    RETURN_IF_ERROR(make_directories(location.parent_path(), 0700));
+    auto temp = location;
+    temp += ".partial";
+    {
+      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+      auto copied = sandbox.read_file(path, out, max_file_bytes_);
+      if (!copied) {
+        std::filesystem::remove(temp);
+        collected.notes.push_back(
+            fmt::format("{} was not collected: {}", path, copied.error().message));
+        continue;
+      }
+    }
+    std::filesystem::rename(temp, location);
+    conversation::Artifact artifact;
+    artifact.turn = turn;
+    artifact.name = name;
+    artifact.type = type;
+    artifact.size_bytes = stamp.first;
+    artifact.location = location.string();
+    ASSIGN_OR_RETURN(artifact, history.record_artifact(conversation_id, std::move(artifact)));
+    collected.artifacts.push_back(std::move(artifact));
+  }
+  return collected;
+}
+
+}  // namespace quarry::agent

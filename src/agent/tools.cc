@@ -1,0 +1,362 @@
+#include "agent/tools.h"
+
+#include <sstream>
+
+#include "common/file_util.h"
+#include "common/units.h"
+#include "conversation/context_filter.h"
+#include "data/query.h"
+#include "data/sandbox_export.h"
+#include "sandbox/metering.h"
+
+namespace quarry::agent {
+namespace {
+
+constexpr uint64_t kMaxFileContent = 1 << 20;     // write_file
+constexpr uint64_t kMaxArtifactBytes = 50 << 20;  // per collected file
+constexpr size_t kOutputShownChars = 6000;        // of stdout and of stderr, per run
+
+nlohmann::json string_property(std::string_view description) {
+  return {{"type", "string"}, {"description", description}};
+}
+
+std::vector<ToolDefinition> make_definitions(const Config& config) {
+  const auto& sandbox = config.sandbox;
+  return {
+      {"query_database",
+       fmt::format("Run one read-only SQL statement on PostgreSQL and read the result (at most "
+                   "{} rows). For small answers and for looking at tables and columns.",
+                   config.database.query_max_rows),
+       {{"type", "object"},
+        {"properties", {{"sql", string_property("one SELECT statement")}}},
+        {"required", {"sql"}},
+        {"additionalProperties", false}}},
+      {"export_query",
+       fmt::format("Run one read-only SQL statement and write its rows as Parquet to {}/FILENAME "
+                   "in the sandbox (at most {} rows), for Python to read. The rows do not pass "
+                   "through you.",
+                   sandbox.data_dir, sandbox.export_max_rows),
+       {{"type", "object"},
+        {"properties",
+         {{"sql", string_property("one SELECT statement; select only the columns you need")},
+          {"filename",
+           string_property("a plain file name ending in .parquet, e.g. views.parquet")}}},
+        {"required", {"sql", "filename"}},
+        {"additionalProperties", false}}},
+      {"write_file",
+       "Write a text file in the sandbox (for example a Python script). A relative path is taken "
+       "from the sandbox user's home directory.",
+       {{"type", "object"},
+        {"properties",
+         {{"path", string_property("where to write it, e.g. analysis.py")},
+          {"content", string_property("the whole content of the file")}}},
+        {"required", {"path", "content"}},
+        {"additionalProperties", false}}},
+      {"run_python",
+       fmt::format("Run Python in the sandbox: a script written earlier (path) or code given "
+                   "here (code). Returns its output, exit code, run time and peak memory. Limits: "
+                   "{} of memory, {} per run, no network.",
+                   format_size(sandbox.resources.memory_bytes),
+                   format_duration(sandbox.exec_timeout)),
+       {{"type", "object"},
+        {"properties",
+         {{"path", string_property("a script in the sandbox, e.g. analysis.py")},
+          {"code", string_property("Python source to run")},
+          {"expected_outputs",
+           {{"type", "array"},
+            {"items", {{"type", "string"}}},
+            {"description",
+             fmt::format("files the code must write in {} (e.g. chart.html); the system checks "
+                         "that each exists and is not empty",
+                         sandbox.output_dir)}}}}},
+        {"additionalProperties", false}}},
+      {"list_outputs",
+       fmt::format("List the files in the output directory {} with their sizes.",
+                   sandbox.output_dir),
+       {{"type", "object"},
+        {"properties", nlohmann::json::object()},
+        {"additionalProperties", false}}},
+  };
+}
+
+// A short view of something the model sent, for an error message.
+std::string cut_middle_text(std::string_view text) {
+  return conversation::cut_middle(text, 300);
+}
+
+ToolResult failed(std::string message) {
+  ToolResult result;
+  result.ok = false;
+  result.content = std::move(message);
+  return result;
+}
+
+std::string json_type(const nlohmann::json& value) {
+  if (value.is_string()) return "string";
+  if (value.is_array()) return "array";
+  if (value.is_object()) return "object";
+  if (value.is_boolean()) return "boolean";
+  if (value.is_number()) return "number";
+  return "null";
+}
+
+std::string metering_line(const sandbox::ExecResult& r) {
+  return fmt::format("exit code {} · {:.2f} s · CPU {:.2f} s · peak memory {} MB of {} MB",
+                     r.exit_code, r.run_ms / 1000, r.cpu_ms / 1000,
+                     (r.peak_memory_bytes + (1 << 19)) >> 20, r.memory_limit_bytes >> 20);
+}
+
+}  // namespace
+
+Result<void> check_arguments(const ToolDefinition& definition, const nlohmann::json& arguments) {
+  if (!arguments.is_object()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: the arguments must be a JSON object, not {}", definition.name,
+                      json_type(arguments));
+  }
+  const auto& properties = definition.parameters["properties"];
+  for (const auto& [key, value] : arguments.items()) {
+    if (!properties.contains(key)) {
+      std::vector<std::string> known;
+      for (const auto& [name, _] : properties.items())
+        known.push_back(name);
+      return make_error(ErrorCode::kInvalidArgument,
+                        "{}: unknown argument '{}' (its arguments are: {})", definition.name, key,
+                        known.empty() ? "none" : fmt::format("{}", fmt::join(known, ", ")));
+    }
+    const std::string expected = properties[key]["type"];
+    if (json_type(value) != expected) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: '{}' must be a {}, not {}",
+                        definition.name, key, expected, json_type(value));
+    }
+    if (expected == "array") {
+      for (const auto& item : value) {
+        if (!item.is_string()) {
+          return make_error(ErrorCode::kInvalidArgument, "{}: '{}' must be a list of strings",
+                            definition.name, key);
+        }
+      }
+    }
+  }
+  if (definition.parameters.contains("required")) {
+    for (const auto& key : definition.parameters["required"]) {
+      if (!arguments.contains(key.get<std::string>())) {
+        return make_error(ErrorCode::kInvalidArgument, "{}: '{}' is required", definition.name,
+                          key.get<std::string>());
+      }
+    }
+  }
+  return {};
+}
+
+Toolbox::Toolbox(ToolEnvironment environment)
+    : environment_(std::move(environment)),
+      definitions_(make_definitions(environment_.config)),
+      collector_(environment_.config.sandbox.output_dir, environment_.state_dir / "artifacts",
+                 kMaxArtifactBytes) {}
+
+ToolResult Toolbox::call(std::string_view name, std::string_view arguments_text,
+                         conversation::Turn& turn) {
+  auto definition = std::find_if(definitions_.begin(), definitions_.end(),
+                                 [&](const ToolDefinition& d) { return d.name == name; });
+  if (definition == definitions_.end()) {
+    std::vector<std::string> names;
+    for (const auto& d : definitions_)
+      names.push_back(d.name);
+    return failed(
+        fmt::format("There is no tool '{}'. The tools are: {}.", name, fmt::join(names, ", ")));
+  }
+  auto arguments = nlohmann::json::parse(arguments_text.empty() ? "{}" : arguments_text, nullptr,
+                                         /*allow_exceptions=*/false);
+  if (arguments.is_discarded()) {
+    return failed(fmt::format("{}: the arguments are not valid JSON: {}", name,
+                              cut_middle_text(arguments_text)));
+  }
+  if (auto valid = check_arguments(*definition, arguments); !valid) {
+    return failed(valid.error().message);
+  }
+  if (name == "query_database") return query_database(arguments);
+  if (name == "export_query") return export_query(arguments, turn);
+  if (name == "write_file") return write_file(arguments, turn);
+  if (name == "run_python") return run_python(arguments, turn);
+  return list_outputs(turn);
+}
+
+ToolResult Toolbox::query_database(const nlohmann::json& arguments) {
+  const auto& database = environment_.config.database;
+  auto result =
+      data::query_database(environment_.database.reader, arguments["sql"].get<std::string>(),
+                           {database.query_max_rows, database.statement_timeout});
+  if (!result) return failed(result.error().message + "\nFix the SQL and try again.");
+  ToolResult tool;
+  tool.content = data::to_text(*result);
+  return tool;
+}
+
+ToolResult Toolbox::export_query(const nlohmann::json& arguments, conversation::Turn& turn) {
+  const auto& config = environment_.config;
+  data::SandboxExportRequest request;
+  request.data_dir = config.sandbox.data_dir;
+  request.conninfo = environment_.database.reader;
+  request.sql = arguments["sql"].get<std::string>();
+  request.filename = arguments["filename"].get<std::string>();
+  request.options.max_rows = config.sandbox.export_max_rows;
+  request.options.statement_timeout = config.database.statement_timeout;
+  request.options.row_group_rows = config.database.export_row_group_rows;
+  request.temp_dir = environment_.state_dir / "tmp";
+  if (auto made = make_directories(request.temp_dir, 0700); !made) {
+    return failed(made.error().message);
+  }
+  auto& sandbox = turn.sandbox();
+  auto exported =
+      data::export_to_sandbox(request, [&](std::string_view path, std::istream& content) {
+        return sandbox.write_file(path, content);
+      });
+  if (!exported) return failed(exported.error().message);
+  const auto& summary = exported->summary;
+  std::string content = fmt::format("Wrote {} rows to {} ({}, {:.0f} ms).", summary.rows,
+                                    exported->path, format_size(summary.bytes), summary.elapsed_ms);
+  auto json = data::to_json(*exported);
+  if (json.contains("message") && json["message"].is_string()) {
+    content += " " + json["message"].get<std::string>();
+  }
+  content += "\nColumns:";
+  for (const auto& column : json["columns"]) {
+    content += fmt::format("\n  {} ({} -> {})", column.value("name", ""), column.value("type", ""),
+                           column.value("parquet_type", ""));
+  }
+  ToolResult tool;
+  tool.content = std::move(content);
+  return tool;
+}
+
+ToolResult Toolbox::write_file(const nlohmann::json& arguments, conversation::Turn& turn) {
+  const std::string path = arguments["path"];
+  const std::string content = arguments["content"];
+  if (content.size() > kMaxFileContent) {
+    return failed(
+        fmt::format("write_file: the content is {} bytes; the limit is {}. Write "
+                    "smaller files, or have code produce large ones.",
+                    content.size(), kMaxFileContent));
+  }
+  if (auto written = turn.sandbox().write_file(path, std::string_view(content)); !written) {
+    return failed(fmt::format("write_file: {}", written.error().message));
+  }
+  ToolResult tool;
+  tool.content = fmt::format("Wrote {} bytes to {}.", content.size(), path);
+  return tool;
+}
+
+ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Turn& turn) {
+  const bool has_path = arguments.contains("path");
+  const bool has_code = arguments.contains("code");
+  if (has_path == has_code) {
+    return failed("run_python: give exactly one of 'path' (a script in the sandbox) or 'code'.");
+  }
+  auto& sandbox = turn.sandbox();
+  std::string script;
+  if (has_code) {
+    // Run from a file, so tracebacks name lines the model can find.
+    script = fmt::format("/home/sandbox/.steps/turn{}_step{}.py", turn.number(), ++scripts_);
+    if (auto written =
+            sandbox.write_file(script, std::string_view(arguments["code"].get<std::string>()));
+        !written) {
+      return failed(fmt::format("run_python: {}", written.error().message));
+    }
+  } else {
+    script = arguments["path"];
+  }
+  auto before = collector_.snapshot(sandbox);
+  if (!before) return failed(fmt::format("run_python: {}", before.error().message));
+
+  sandbox::ExecRequest request;
+  request.argv = {"python", script};
+  request.timeout = environment_.config.sandbox.exec_timeout;
+  request.output_limit = environment_.config.sandbox.output_limit_bytes;
+  auto execution = sandbox.execute(request);
+  if (!execution) {
+    ToolResult tool = failed(fmt::format("run_python: {}", execution.error().message));
+    tool.failure = {FailureKind::kEnvironment, "sandbox", execution.error().message};
+    return tool;
+  }
+  const auto& result = execution->result;
+  ToolResult tool;
+  tool.exec = result;
+  tool.failure = classify(result, environment_.config.sandbox.packages);
+  tool.ok = tool.failure.kind == FailureKind::kNone;
+
+  std::string content;
+  if (execution->notice) content += *execution->notice + "\n";
+  content += metering_line(result);
+  if (result.message) content += "\n" + *result.message;
+  if (!result.stdout_text.empty()) {
+    content +=
+        "\n--- stdout ---\n" + conversation::cut_middle(result.stdout_text, kOutputShownChars);
+  }
+  if (!result.stderr_text.empty()) {
+    content +=
+        "\n--- stderr ---\n" + conversation::cut_middle(result.stderr_text, kOutputShownChars);
+  }
+  if (result.truncated) {
+    content += fmt::format("\n(The output was longer than {} per stream and was cut; print less.)",
+                           format_size(request.output_limit));
+  }
+
+  auto collected = collector_.collect(sandbox, *before, environment_.history,
+                                      turn.conversation_id(), turn.number());
+  if (collected) {
+    for (const auto& artifact : collected->artifacts) {
+      content += fmt::format("\nSaved for the user: {}/{} ({}, {})",
+                             environment_.config.sandbox.output_dir, artifact.name, artifact.type,
+                             format_size(artifact.size_bytes));
+    }
+    for (const auto& note : collected->notes)
+      content += "\n" + note;
+    tool.artifacts = std::move(collected->artifacts);
+
+    // The system, not the model's word, decides whether the promised files exist.
+    if (arguments.contains("expected_outputs")) {
+      for (const auto& expected : arguments["expected_outputs"]) {
+        std::string path = expected.get<std::string>();
+        if (!path.starts_with("/")) path = environment_.config.sandbox.output_dir + "/" + path;
+        auto found = collected->after.find(path);
+        std::string problem;
+        if (found == collected->after.end()) {
+          problem = "was not written";
+        } else if (found->second.first == 0) {
+          problem = "is empty";
+        }
+        if (!problem.empty()) {
+          content += fmt::format("\nVerification failed: {} {}.", path, problem);
+          tool.ok = false;
+          if (tool.failure.kind == FailureKind::kNone) {
+            tool.failure = {FailureKind::kCode, "",
+                            "The code did not write what it should; fix it and run it again."};
+          }
+        }
+      }
+    }
+  } else {
+    content +=
+        fmt::format("\n(The output directory could not be read: {})", collected.error().message);
+  }
+  if (!tool.ok) content += "\n" + describe(tool.failure);
+  tool.content = std::move(content);
+  return tool;
+}
+
+ToolResult Toolbox::list_outputs(conversation::Turn& turn) {
+  auto files = turn.sandbox().list_files(environment_.config.sandbox.output_dir);
+  if (!files) return failed(fmt::format("list_outputs: {}", files.error().message));
+  if (files->empty()) {
+    return {fmt::format("{} is empty.", environment_.config.sandbox.output_dir), true, {}, {}, {}};
+  }
+  std::string content;
+  for (const auto& file : *files) {
+    content += file.is_directory ? fmt::format("{}/\n", file.path)
+                                 : fmt::format("{} ({})\n", file.path, format_size(file.size));
+  }
+  return {content, true, {}, {}, {}};
+}
+
+}  // namespace quarry::agent

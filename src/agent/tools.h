@@ -1,0 +1,67 @@
+// The tools the model gets: query_database, export_query, write_file, run_python and
+// list_outputs, with their JSON schemas. Every call returns a ToolResult the model can read;
+// bad arguments and failures are results too, never a crash.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/artifacts.h"
+#include "agent/failure.h"
+#include "config/config.h"
+#include "conversation/conversation_manager.h"
+#include "data/database.h"
+
+namespace quarry::agent {
+
+struct ToolDefinition {
+  std::string name;
+  std::string description;
+  nlohmann::json parameters;  // JSON Schema of the arguments object
+};
+
+struct ToolEnvironment {
+  const Config& config;
+  data::DatabaseTarget database;
+  conversation::HistoryStore& history;
+  std::filesystem::path state_dir;  // export temp files, artifacts
+};
+
+struct ToolResult {
+  std::string content;                      // what the model reads
+  bool ok = true;                           // false: the call failed and the model should act on it
+  Failure failure;                          // run_python: what kind of failure
+  std::optional<sandbox::ExecResult> exec;  // run_python's metering (the full record is in history)
+  std::vector<conversation::Artifact> artifacts;  // collected by this call
+};
+
+class Toolbox {
+ public:
+  explicit Toolbox(ToolEnvironment environment);
+
+  const std::vector<ToolDefinition>& definitions() const { return definitions_; }
+
+  // `arguments` is the JSON text the model sent.
+  ToolResult call(std::string_view name, std::string_view arguments, conversation::Turn& turn);
+
+ private:
+  ToolResult query_database(const nlohmann::json& arguments);
+  ToolResult export_query(const nlohmann::json& arguments, conversation::Turn& turn);
+  ToolResult write_file(const nlohmann::json& arguments, conversation::Turn& turn);
+  ToolResult run_python(const nlohmann::json& arguments, conversation::Turn& turn);
+  ToolResult list_outputs(conversation::Turn& turn);
+
+  ToolEnvironment environment_;
+  std::vector<ToolDefinition> definitions_;
+  ArtifactCollector collector_;
+  int scripts_ = 0;  // inline code written to files so far
+};
+
+// Checks `arguments` against a definition's schema (object, property types, required, no
+// unknown properties); the message says what is wrong in terms the model can fix.
+Result<void> check_arguments(const ToolDefinition& definition, const nlohmann::json& arguments);
+
+}  // namespace quarry::agent

@@ -1,0 +1,131 @@
+// The agent's pieces that need no model and no sandbox: argument checks, failure
+// classification, artifact types, the guidance prompt.
+#include <gtest/gtest.h>
+
+#include "agent/artifacts.h"
+#include "agent/failure.h"
+#include "agent/guidance.h"
+#include "agent/tools.h"
+
+namespace quarry::agent {
+namespace {
+
+ToolDefinition run_python_definition() {
+  return {"run_python",
+          "",
+          {{"type", "object"},
+           {"properties",
+            {{"path", {{"type", "string"}}},
+             {"code", {{"type", "string"}}},
+             {"expected_outputs", {{"type", "array"}, {"items", {{"type", "string"}}}}}}},
+           {"additionalProperties", false}}};
+}
+
+TEST(ToolArguments, BadArgumentsSayWhatToFix) {
+  ToolDefinition export_query{
+      "export_query",
+      "",
+      {{"type", "object"},
+       {"properties", {{"sql", {{"type", "string"}}}, {"filename", {{"type", "string"}}}}},
+       {"required", {"sql", "filename"}}}};
+  struct Case {
+    nlohmann::json arguments;
+    const char* message;
+  } cases[] = {
+      {nlohmann::json::array(), "export_query: the arguments must be a JSON object, not array"},
+      {{{"sql", "select 1"}}, "export_query: 'filename' is required"},
+      {{{"sql", 1}, {"filename", "a.parquet"}}, "export_query: 'sql' must be a string, not number"},
+      {{{"sql", "s"}, {"filename", "f"}, {"limit", 5}},
+       "export_query: unknown argument 'limit' (its arguments are: filename, sql)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.arguments.dump());
+    auto checked = check_arguments(export_query, c.arguments);
+    ASSERT_FALSE(checked);
+    EXPECT_EQ(checked.error().message, c.message);
+  }
+  EXPECT_TRUE(check_arguments(export_query, {{"sql", "select 1"}, {"filename", "a.parquet"}}));
+  EXPECT_FALSE(check_arguments(run_python_definition(), {{"expected_outputs", {1, 2}}}));
+  EXPECT_TRUE(check_arguments(run_python_definition(),
+                              {{"path", "a.py"}, {"expected_outputs", {"chart.html"}}}));
+}
+
+sandbox::ExecResult failed_run(int exit_code, std::string stderr_text) {
+  sandbox::ExecResult result;
+  result.exit_code = exit_code;
+  result.stderr_text = std::move(stderr_text);
+  return result;
+}
+
+TEST(FailureClassification, TellsCodeFromEnvironment) {
+  const std::vector<std::string> packages = {"polars", "duckdb"};
+  struct Case {
+    const char* name;
+    sandbox::ExecResult result;
+    FailureKind kind;
+    const char* cause;
+  } cases[] = {
+      {"success", failed_run(0, ""), FailureKind::kNone, ""},
+      {"traceback",
+       failed_run(1,
+                  "Traceback (most recent call last):\n  File \"a.py\", line 3\nNameError: "
+                  "name 'pl' is not defined"),
+       FailureKind::kCode, ""},
+      {"syntax error", failed_run(1, "  File \"a.py\", line 1\nSyntaxError: invalid syntax"),
+       FailureKind::kCode, ""},
+      {"missing module", failed_run(1, "ModuleNotFoundError: No module named 'sklearn'"),
+       FailureKind::kEnvironment, "missing module"},
+      {"disk full", failed_run(1, "OSError: [Errno 122] Disk quota exceeded"),
+       FailureKind::kEnvironment, "disk full"},
+      {"network",
+       failed_run(1,
+                  "urllib.error.URLError: <urlopen error [Errno -3] Temporary failure in name "
+                  "resolution>"),
+       FailureKind::kEnvironment, "network"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto failure = classify(c.result, packages);
+    EXPECT_EQ(failure.kind, c.kind);
+    EXPECT_EQ(failure.cause, c.cause);
+  }
+  sandbox::ExecResult oom = failed_run(137, "");
+  oom.oom = true;
+  oom.signal = 9;
+  auto failure = classify(oom, packages);
+  EXPECT_EQ(failure.cause, "out of memory");
+  EXPECT_NE(describe(failure).find("Environment error (out of memory): Running the same code "
+                                   "again will fail"),
+            std::string::npos);
+  EXPECT_NE(failure.advice.find("DuckDB"), std::string::npos);
+  sandbox::ExecResult timeout = failed_run(137, "");
+  timeout.timed_out = true;
+  EXPECT_EQ(classify(timeout, packages).cause, "timeout");
+  EXPECT_NE(classify(failed_run(1, "No module named 'x'"), packages).advice.find("polars, duckdb"),
+            std::string::npos);
+  EXPECT_EQ(describe(classify(failed_run(1, "boom"), packages)),
+            "Code error: Read the error above, fix the code, and run it again.");
+}
+
+TEST(Artifacts, OnlyTheListedTypesAreCollected) {
+  EXPECT_EQ(artifact_type("outputs/chart.html"), "html");
+  EXPECT_EQ(artifact_type("a.PNG"), "png");
+  EXPECT_EQ(artifact_type("table.parquet"), "parquet");
+  EXPECT_EQ(artifact_type("notes.txt"), "");
+  EXPECT_EQ(artifact_type("Makefile"), "");
+}
+
+TEST(Guidance, CarriesTheExecutionAdvice) {
+  Config config;
+  auto prompt = system_prompt(config);
+  for (const char* advice :
+       {"Filter and aggregate in SQL first", "Export only the columns", "Polars for smaller",
+        "DuckDB for large data, medians, percentiles and distinct counts",
+        "After an out-of-memory error, change the approach", "never rerun the same code",
+        "/home/sandbox/data", "/home/sandbox/outputs", "polars, duckdb, pyarrow"}) {
+    EXPECT_NE(prompt.find(advice), std::string::npos) << advice;
+  }
+}
+
+}  // namespace
+}  // namespace quarry::agent
