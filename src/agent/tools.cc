@@ -20,7 +20,7 @@ nlohmann::json string_property(std::string_view description) {
   return {{"type", "string"}, {"description", description}};
 }
 
-std::vector<ToolDefinition> make_definitions(const Config& config) {
+std::vector<ToolSchema> make_definitions(const Config& config) {
   const auto& sandbox = config.sandbox;
   return {
       {"query_database",
@@ -108,7 +108,7 @@ std::string metering_line(const sandbox::ExecResult& r) {
 
 }  // namespace
 
-Result<void> check_arguments(const ToolDefinition& definition, const nlohmann::json& arguments) {
+Result<void> check_arguments(const ToolSchema& definition, const nlohmann::json& arguments) {
   if (!arguments.is_object()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "{}: the arguments must be a JSON object, not {}", definition.name,
@@ -158,7 +158,7 @@ Toolbox::Toolbox(ToolEnvironment environment)
 ToolResult Toolbox::call(std::string_view name, std::string_view arguments_text,
                          conversation::Turn& turn) {
   auto definition = std::find_if(definitions_.begin(), definitions_.end(),
-                                 [&](const ToolDefinition& d) { return d.name == name; });
+                                 [&](const ToolSchema& d) { return d.name == name; });
   if (definition == definitions_.end()) {
     std::vector<std::string> names;
     for (const auto& d : definitions_)

@@ -11,17 +11,12 @@
 
 #include "agent/artifacts.h"
 #include "agent/failure.h"
+#include "agent/model_client.h"
 #include "config/config.h"
 #include "conversation/conversation_manager.h"
 #include "data/database.h"
 
 namespace quarry::agent {
-
-struct ToolDefinition {
-  std::string name;
-  std::string description;
-  nlohmann::json parameters;  // JSON Schema of the arguments object
-};
 
 struct ToolEnvironment {
   const Config& config;
@@ -42,7 +37,7 @@ class Toolbox {
  public:
   explicit Toolbox(ToolEnvironment environment);
 
-  const std::vector<ToolDefinition>& definitions() const { return definitions_; }
+  const std::vector<ToolSchema>& definitions() const { return definitions_; }
 
   // `arguments` is the JSON text the model sent.
   ToolResult call(std::string_view name, std::string_view arguments, conversation::Turn& turn);
@@ -55,13 +50,13 @@ class Toolbox {
   ToolResult list_outputs(conversation::Turn& turn);
 
   ToolEnvironment environment_;
-  std::vector<ToolDefinition> definitions_;
+  std::vector<ToolSchema> definitions_;
   ArtifactCollector collector_;
   int scripts_ = 0;  // inline code written to files so far
 };
 
 // Checks `arguments` against a definition's schema (object, property types, required, no
 // unknown properties); the message says what is wrong in terms the model can fix.
-Result<void> check_arguments(const ToolDefinition& definition, const nlohmann::json& arguments);
+Result<void> check_arguments(const ToolSchema& definition, const nlohmann::json& arguments);
 
 }  // namespace quarry::agent

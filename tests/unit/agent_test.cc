@@ -10,7 +10,7 @@
 namespace quarry::agent {
 namespace {
 
-ToolDefinition run_python_definition() {
+ToolSchema run_python_definition() {
   return {"run_python",
           "",
           {{"type", "object"},
@@ -22,7 +22,7 @@ ToolDefinition run_python_definition() {
 }
 
 TEST(ToolArguments, BadArgumentsSayWhatToFix) {
-  ToolDefinition export_query{
+  ToolSchema export_query{
       "export_query",
       "",
       {{"type", "object"},
