@@ -256,8 +256,9 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
   auto& sandbox = turn.sandbox();
   std::string script;
   if (has_code) {
-    // Run from a file, so tracebacks name lines the model can find.
-    script = fmt::format("/home/sandbox/.steps/turn{}_step{}.py", turn.number(), ++scripts_);
+    // Run from a file, so tracebacks name lines the model can find. Relative paths are taken
+    // from the sandbox user's home, where commands start.
+    script = fmt::format(".steps/turn{}_step{}.py", turn.number(), ++scripts_);
     if (auto written =
             sandbox.write_file(script, std::string_view(arguments["code"].get<std::string>()));
         !written) {
