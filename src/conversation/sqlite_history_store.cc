@@ -401,132 +401,130 @@ Result<int> SqliteHistoryStore::begin_turn(std::string_view conversation_id) {
   return turn;
 }
 
-Result<Message> SqliteHistoryStore::append_message(std::string_view conversation_id,
-                                                   Message message) {
+// One INSERT of a conversation's row, in a transaction with the conversation's updated_at
+// (kNotFound for an unknown conversation). `bind` fills the statement's parameters.
+template <typename Bind>
+Result<int64_t> SqliteHistoryStore::insert(std::string_view conversation_id, std::string_view what,
+                                           std::string_view sql, Clock::time_point now,
+                                           Bind&& bind) {
   std::lock_guard lock(mutex_);
   Transaction transaction(db_);
-  if (transaction.begin_result() != SQLITE_OK)
-    return sql_error(transaction.begin_result(), "recording a message");
+  if (transaction.begin_result() != SQLITE_OK) return sql_error(transaction.begin_result(), what);
+  RETURN_IF_ERROR(touch(conversation_id, to_unix_ms(now)));
+  Statement statement(db_, sql);
+  bind(statement);
+  if (int rc = statement.step(); rc != SQLITE_DONE) return sql_error(rc, what);
+  const int64_t id = sqlite3_last_insert_rowid(db_);
+  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, what);
+  return id;
+}
+
+Result<Message> SqliteHistoryStore::append_message(std::string_view conversation_id,
+                                                   Message message) {
   message.created_at = clock_.now();
-  const int64_t now = to_unix_ms(message.created_at);
-  RETURN_IF_ERROR(touch(conversation_id, now));
-  Statement insert(db_,
-                   "INSERT INTO messages (conversation_id, turn, role, content, tool_calls, "
-                   "tool_call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
-  insert.bind(1, conversation_id)
-      .bind(2, int64_t{message.turn})
-      .bind(3, to_string(message.role))
-      .bind(4, message.content);
-  if (message.tool_calls.is_null()) {
-    insert.bind_null(5);
-  } else {
-    insert.bind(5,
-                message.tool_calls.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  }
-  if (message.tool_call_id.empty()) {
-    insert.bind_null(6);
-  } else {
-    insert.bind(6, message.tool_call_id);
-  }
-  insert.bind(7, now);
-  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "recording a message");
-  message.id = sqlite3_last_insert_rowid(db_);
-  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, "recording a message");
+  ASSIGN_OR_RETURN(message.id,
+                   insert(conversation_id, "recording a message",
+                          "INSERT INTO messages (conversation_id, turn, role, content, tool_calls, "
+                          "tool_call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          message.created_at, [&](Statement& insert) {
+                            insert.bind(1, conversation_id)
+                                .bind(2, int64_t{message.turn})
+                                .bind(3, to_string(message.role))
+                                .bind(4, message.content);
+                            if (message.tool_calls.is_null()) {
+                              insert.bind_null(5);
+                            } else {
+                              insert.bind(
+                                  5, message.tool_calls.dump(
+                                         -1, ' ', false, nlohmann::json::error_handler_t::replace));
+                            }
+                            if (message.tool_call_id.empty()) {
+                              insert.bind_null(6);
+                            } else {
+                              insert.bind(6, message.tool_call_id);
+                            }
+                            insert.bind(7, to_unix_ms(message.created_at));
+                          }));
   return message;
 }
 
 Result<Event> SqliteHistoryStore::record_event(std::string_view conversation_id, Event event) {
-  std::lock_guard lock(mutex_);
-  Transaction transaction(db_);
-  if (transaction.begin_result() != SQLITE_OK)
-    return sql_error(transaction.begin_result(), "recording an event");
   event.created_at = clock_.now();
-  const int64_t now = to_unix_ms(event.created_at);
-  RETURN_IF_ERROR(touch(conversation_id, now));
-  Statement insert(db_,
-                   "INSERT INTO events (conversation_id, turn, kind, sandbox_id, reason, details, "
-                   "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
-  insert.bind(1, conversation_id)
-      .bind(2, int64_t{event.turn})
-      .bind(3, event.kind)
-      .bind(4, event.sandbox_id)
-      .bind(5, event.reason)
-      .bind(6, event.details.is_null() ? std::string("{}") : event.details.dump())
-      .bind(7, now);
-  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "recording an event");
-  event.id = sqlite3_last_insert_rowid(db_);
-  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, "recording an event");
+  ASSIGN_OR_RETURN(
+      event.id,
+      insert(conversation_id, "recording an event",
+             "INSERT INTO events (conversation_id, turn, kind, sandbox_id, reason, details, "
+             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+             event.created_at, [&](Statement& insert) {
+               insert.bind(1, conversation_id)
+                   .bind(2, int64_t{event.turn})
+                   .bind(3, event.kind)
+                   .bind(4, event.sandbox_id)
+                   .bind(5, event.reason)
+                   .bind(6, event.details.is_null() ? std::string("{}") : event.details.dump())
+                   .bind(7, to_unix_ms(event.created_at));
+             }));
   return event;
 }
 
 Result<ExecRecord> SqliteHistoryStore::record_exec(std::string_view conversation_id,
                                                    ExecRecord exec) {
-  std::lock_guard lock(mutex_);
-  Transaction transaction(db_);
-  if (transaction.begin_result() != SQLITE_OK)
-    return sql_error(transaction.begin_result(), "recording an exec");
-  RETURN_IF_ERROR(touch(conversation_id, to_unix_ms(clock_.now())));
   const auto& r = exec.result;
-  Statement insert(
-      db_,
-      "INSERT INTO execs (conversation_id, turn, sandbox_id, command, exit_code, signal, stdout, "
-      "stderr, truncated, run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, "
-      "oom, timed_out, message, started_at) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  insert.bind(1, conversation_id)
-      .bind(2, int64_t{exec.turn})
-      .bind(3, exec.sandbox_id)
-      .bind(4, exec.command)
-      .bind(5, int64_t{r.exit_code});
-  if (r.signal) {
-    insert.bind(6, int64_t{*r.signal});
-  } else {
-    insert.bind_null(6);
-  }
-  insert.bind(7, r.stdout_text)
-      .bind(8, r.stderr_text)
-      .bind(9, int64_t{r.truncated})
-      .bind(10, r.run_ms)
-      .bind(11, r.cpu_ms)
-      .bind(12, static_cast<int64_t>(r.peak_memory_bytes))
-      .bind(13, static_cast<int64_t>(r.memory_limit_bytes))
-      .bind(14, r.overhead_ms)
-      .bind(15, int64_t{r.oom})
-      .bind(16, int64_t{r.timed_out});
-  if (r.message) {
-    insert.bind(17, *r.message);
-  } else {
-    insert.bind_null(17);
-  }
-  insert.bind(18, to_unix_ms(exec.started_at));
-  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "recording an exec");
-  exec.id = sqlite3_last_insert_rowid(db_);
-  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, "recording an exec");
+  ASSIGN_OR_RETURN(
+      exec.id,
+      insert(conversation_id, "recording an exec",
+             "INSERT INTO execs (conversation_id, turn, sandbox_id, command, exit_code, signal, "
+             "stdout, stderr, truncated, run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, "
+             "overhead_ms, oom, timed_out, message, started_at) "
+             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             clock_.now(), [&](Statement& insert) {
+               insert.bind(1, conversation_id)
+                   .bind(2, int64_t{exec.turn})
+                   .bind(3, exec.sandbox_id)
+                   .bind(4, exec.command)
+                   .bind(5, int64_t{r.exit_code});
+               if (r.signal) {
+                 insert.bind(6, int64_t{*r.signal});
+               } else {
+                 insert.bind_null(6);
+               }
+               insert.bind(7, r.stdout_text)
+                   .bind(8, r.stderr_text)
+                   .bind(9, int64_t{r.truncated})
+                   .bind(10, r.run_ms)
+                   .bind(11, r.cpu_ms)
+                   .bind(12, static_cast<int64_t>(r.peak_memory_bytes))
+                   .bind(13, static_cast<int64_t>(r.memory_limit_bytes))
+                   .bind(14, r.overhead_ms)
+                   .bind(15, int64_t{r.oom})
+                   .bind(16, int64_t{r.timed_out});
+               if (r.message) {
+                 insert.bind(17, *r.message);
+               } else {
+                 insert.bind_null(17);
+               }
+               insert.bind(18, to_unix_ms(exec.started_at));
+             }));
   return exec;
 }
 
 Result<Artifact> SqliteHistoryStore::record_artifact(std::string_view conversation_id,
                                                      Artifact artifact) {
-  std::lock_guard lock(mutex_);
-  Transaction transaction(db_);
-  if (transaction.begin_result() != SQLITE_OK)
-    return sql_error(transaction.begin_result(), "recording an artifact");
   artifact.created_at = clock_.now();
-  const int64_t now = to_unix_ms(artifact.created_at);
-  RETURN_IF_ERROR(touch(conversation_id, now));
-  Statement insert(db_,
-                   "INSERT INTO artifacts (conversation_id, turn, name, type, size_bytes, "
-                   "location, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)");
-  insert.bind(1, conversation_id)
-      .bind(2, int64_t{artifact.turn})
-      .bind(3, artifact.name)
-      .bind(4, artifact.type)
-      .bind(5, static_cast<int64_t>(artifact.size_bytes))
-      .bind(6, artifact.location)
-      .bind(7, now);
-  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "recording an artifact");
-  artifact.id = sqlite3_last_insert_rowid(db_);
-  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, "recording an artifact");
+  ASSIGN_OR_RETURN(
+      artifact.id,
+      insert(conversation_id, "recording an artifact",
+             "INSERT INTO artifacts (conversation_id, turn, name, type, size_bytes, location, "
+             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+             artifact.created_at, [&](Statement& insert) {
+               insert.bind(1, conversation_id)
+                   .bind(2, int64_t{artifact.turn})
+                   .bind(3, artifact.name)
+                   .bind(4, artifact.type)
+                   .bind(5, static_cast<int64_t>(artifact.size_bytes))
+                   .bind(6, artifact.location)
+                   .bind(7, to_unix_ms(artifact.created_at));
+             }));
   return artifact;
 }
 

@@ -45,6 +45,9 @@ class SqliteHistoryStore final : public HistoryStore {
   Result<void> migrate();
   Result<void> touch(std::string_view conversation_id, int64_t now_ms);
   std::unexpected<Error> sql_error(int rc, std::string_view what) const;
+  template <typename Bind>
+  Result<int64_t> insert(std::string_view conversation_id, std::string_view what,
+                         std::string_view sql, Clock::time_point now, Bind&& bind);
 
   sqlite3* db_;
   std::filesystem::path path_;
