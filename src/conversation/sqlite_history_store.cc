@@ -528,100 +528,103 @@ Result<Artifact> SqliteHistoryStore::record_artifact(std::string_view conversati
   return artifact;
 }
 
-Result<std::vector<Message>> SqliteHistoryStore::messages(std::string_view conversation_id) {
+// Every row a SELECT over one conversation returns (its only parameter is the conversation's
+// id), each turned into a T by `read`.
+template <typename T, typename Read>
+Result<std::vector<T>> SqliteHistoryStore::select_all(std::string_view conversation_id,
+                                                      std::string_view what, std::string_view sql,
+                                                      Read&& read) {
   std::lock_guard lock(mutex_);
-  Statement select(db_,
-                   "SELECT id, turn, role, content, tool_calls, tool_call_id, created_at "
-                   "FROM messages WHERE conversation_id = ? ORDER BY id");
+  Statement select(db_, sql);
   select.bind(1, conversation_id);
-  std::vector<Message> list;
+  std::vector<T> rows;
   int rc;
-  while ((rc = select.step()) == SQLITE_ROW) {
-    Message message;
-    message.id = select.integer(0);
-    message.turn = static_cast<int>(select.integer(1));
-    message.role = role_from(select.text(2));
-    message.content = select.text(3);
-    if (!select.is_null(4))
-      message.tool_calls = nlohmann::json::parse(select.text(4), nullptr, false);
-    message.tool_call_id = select.text(5);
-    message.created_at = from_unix_ms(select.integer(6));
-    list.push_back(std::move(message));
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "reading messages");
-  return list;
+  while ((rc = select.step()) == SQLITE_ROW)
+    rows.push_back(read(select));
+  if (rc != SQLITE_DONE) return sql_error(rc, what);
+  return rows;
+}
+
+Result<std::vector<Message>> SqliteHistoryStore::messages(std::string_view conversation_id) {
+  return select_all<Message>(
+      conversation_id, "reading messages",
+      "SELECT id, turn, role, content, tool_calls, tool_call_id, created_at FROM messages "
+      "WHERE conversation_id = ? ORDER BY id",
+      [](const Statement& row) {
+        Message message;
+        message.id = row.integer(0);
+        message.turn = static_cast<int>(row.integer(1));
+        message.role = role_from(row.text(2));
+        message.content = row.text(3);
+        if (!row.is_null(4))
+          message.tool_calls = nlohmann::json::parse(row.text(4), nullptr, false);
+        message.tool_call_id = row.text(5);
+        message.created_at = from_unix_ms(row.integer(6));
+        return message;
+      });
 }
 
 Result<std::vector<Event>> SqliteHistoryStore::events(std::string_view conversation_id) {
-  std::lock_guard lock(mutex_);
-  Statement select(db_,
-                   "SELECT id, turn, kind, sandbox_id, reason, details, created_at FROM events "
-                   "WHERE conversation_id = ? ORDER BY id");
-  select.bind(1, conversation_id);
-  std::vector<Event> list;
-  int rc;
-  while ((rc = select.step()) == SQLITE_ROW) {
-    list.push_back({select.integer(0), static_cast<int>(select.integer(1)), select.text(2),
-                    select.text(3), select.text(4),
-                    nlohmann::json::parse(select.text(5), nullptr, false),
-                    from_unix_ms(select.integer(6))});
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "reading events");
-  return list;
+  return select_all<Event>(
+      conversation_id, "reading events",
+      "SELECT id, turn, kind, sandbox_id, reason, details, created_at FROM events "
+      "WHERE conversation_id = ? ORDER BY id",
+      [](const Statement& row) {
+        return Event{row.integer(0),
+                     static_cast<int>(row.integer(1)),
+                     row.text(2),
+                     row.text(3),
+                     row.text(4),
+                     nlohmann::json::parse(row.text(5), nullptr, false),
+                     from_unix_ms(row.integer(6))};
+      });
 }
 
 Result<std::vector<ExecRecord>> SqliteHistoryStore::execs(std::string_view conversation_id) {
-  std::lock_guard lock(mutex_);
-  Statement select(
-      db_,
+  return select_all<ExecRecord>(
+      conversation_id, "reading execs",
       "SELECT id, turn, sandbox_id, command, exit_code, signal, stdout, stderr, truncated, "
       "run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, oom, timed_out, "
-      "message, started_at FROM execs WHERE conversation_id = ? ORDER BY id");
-  select.bind(1, conversation_id);
-  std::vector<ExecRecord> list;
-  int rc;
-  while ((rc = select.step()) == SQLITE_ROW) {
-    ExecRecord exec;
-    exec.id = select.integer(0);
-    exec.turn = static_cast<int>(select.integer(1));
-    exec.sandbox_id = select.text(2);
-    exec.command = select.text(3);
-    auto& r = exec.result;
-    r.exit_code = static_cast<int>(select.integer(4));
-    if (!select.is_null(5)) r.signal = static_cast<int>(select.integer(5));
-    r.stdout_text = select.text(6);
-    r.stderr_text = select.text(7);
-    r.truncated = select.integer(8) != 0;
-    r.run_ms = select.real(9);
-    r.cpu_ms = select.real(10);
-    r.peak_memory_bytes = static_cast<uint64_t>(select.integer(11));
-    r.memory_limit_bytes = static_cast<uint64_t>(select.integer(12));
-    r.overhead_ms = select.real(13);
-    r.oom = select.integer(14) != 0;
-    r.timed_out = select.integer(15) != 0;
-    if (!select.is_null(16)) r.message = select.text(16);
-    exec.started_at = from_unix_ms(select.integer(17));
-    list.push_back(std::move(exec));
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "reading execs");
-  return list;
+      "message, started_at FROM execs WHERE conversation_id = ? ORDER BY id",
+      [](const Statement& row) {
+        ExecRecord exec;
+        exec.id = row.integer(0);
+        exec.turn = static_cast<int>(row.integer(1));
+        exec.sandbox_id = row.text(2);
+        exec.command = row.text(3);
+        auto& r = exec.result;
+        r.exit_code = static_cast<int>(row.integer(4));
+        if (!row.is_null(5)) r.signal = static_cast<int>(row.integer(5));
+        r.stdout_text = row.text(6);
+        r.stderr_text = row.text(7);
+        r.truncated = row.integer(8) != 0;
+        r.run_ms = row.real(9);
+        r.cpu_ms = row.real(10);
+        r.peak_memory_bytes = static_cast<uint64_t>(row.integer(11));
+        r.memory_limit_bytes = static_cast<uint64_t>(row.integer(12));
+        r.overhead_ms = row.real(13);
+        r.oom = row.integer(14) != 0;
+        r.timed_out = row.integer(15) != 0;
+        if (!row.is_null(16)) r.message = row.text(16);
+        exec.started_at = from_unix_ms(row.integer(17));
+        return exec;
+      });
 }
 
 Result<std::vector<Artifact>> SqliteHistoryStore::artifacts(std::string_view conversation_id) {
-  std::lock_guard lock(mutex_);
-  Statement select(db_,
-                   "SELECT id, turn, name, type, size_bytes, location, created_at FROM artifacts "
-                   "WHERE conversation_id = ? ORDER BY id");
-  select.bind(1, conversation_id);
-  std::vector<Artifact> list;
-  int rc;
-  while ((rc = select.step()) == SQLITE_ROW) {
-    list.push_back({select.integer(0), static_cast<int>(select.integer(1)), select.text(2),
-                    select.text(3), static_cast<uint64_t>(select.integer(4)), select.text(5),
-                    from_unix_ms(select.integer(6))});
-  }
-  if (rc != SQLITE_DONE) return sql_error(rc, "reading artifacts");
-  return list;
+  return select_all<Artifact>(
+      conversation_id, "reading artifacts",
+      "SELECT id, turn, name, type, size_bytes, location, created_at FROM artifacts "
+      "WHERE conversation_id = ? ORDER BY id",
+      [](const Statement& row) {
+        return Artifact{row.integer(0),
+                        static_cast<int>(row.integer(1)),
+                        row.text(2),
+                        row.text(3),
+                        static_cast<uint64_t>(row.integer(4)),
+                        row.text(5),
+                        from_unix_ms(row.integer(6))};
+      });
 }
 
 Result<SandboxReference> SqliteHistoryStore::sandbox_reference(std::string_view conversation_id) {

@@ -48,6 +48,9 @@ class SqliteHistoryStore final : public HistoryStore {
   template <typename Bind>
   Result<int64_t> insert(std::string_view conversation_id, std::string_view what,
                          std::string_view sql, Clock::time_point now, Bind&& bind);
+  template <typename T, typename Read>
+  Result<std::vector<T>> select_all(std::string_view conversation_id, std::string_view what,
+                                    std::string_view sql, Read&& read);
 
   sqlite3* db_;
   std::filesystem::path path_;
