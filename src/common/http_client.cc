@@ -14,6 +14,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
+#include <limits>
 #include <optional>
 
 namespace quarry {
@@ -261,7 +262,9 @@ class Exchange {
 
     beast::flat_buffer buffer;
     http::response_parser<http::buffer_body> parser;
-    parser.body_limit(boost::none);  // streamed bodies have no natural size
+    // Streamed bodies have no natural size. (Not boost::none: Boost 1.74 then refuses every
+    // body with a Content-Length.)
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     done = false;
     http::async_read_header(stream, buffer, parser, [&](error_code e, size_t) {
       error = e;
@@ -285,7 +288,7 @@ class Exchange {
       parser.get().body().data = chunk.data();
       parser.get().body().size = chunk.size();
       done = false;
-      http::async_read(stream, buffer, parser, [&](error_code e, size_t) {
+      http::async_read_some(stream, buffer, parser, [&](error_code e, size_t) {
         error = e;
         done = true;
       });
