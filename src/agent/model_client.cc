@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -90,9 +91,7 @@ class OpenAiCompatibleClient final : public ModelClient {
         return std::unexpected(std::move(failure.error));
       }
       const Duration delay =
-          failure.retry_after
-              ? *failure.retry_after
-              : backoff_delay(attempt, std::uniform_real_distribution<double>(0, 1)(random_));
+          failure.retry_after ? *failure.retry_after : backoff_delay(attempt, random01());
       if (delay > kMaxRetryAfter) {
         failure.error.message += fmt::format(
             "; the server asks to wait {} before trying again, longer than quarry "
@@ -261,6 +260,10 @@ class OpenAiCompatibleClient final : public ModelClient {
            fmt::format("{} is limiting the rate of requests ({})", url, detail));
     } else if (status >= 500 || status == 408) {
       fail(ErrorCode::kUnavailable, fmt::format("{} failed to answer ({})", url, detail));
+    } else if (status >= 300 && status < 400 && !head.header("Location").empty()) {
+      fail(ErrorCode::kInvalidArgument,
+           fmt::format("{} redirects (HTTP {}) to {}; set model.base_url to where it points", url,
+                       status, head.header("Location")));
     } else {
       fail(ErrorCode::kInternal, fmt::format("{} answered with an unexpected {}", url, detail));
     }
@@ -275,10 +278,16 @@ class OpenAiCompatibleClient final : public ModelClient {
     return failure;
   }
 
-  ModelConfig config_;
-  Url base_url_;
-  std::string api_key_;
-  HttpClient http_;
+  double random01() {
+    std::lock_guard lock(random_mutex_);
+    return std::uniform_real_distribution<double>(0, 1)(random_);
+  }
+
+  const ModelConfig config_;
+  const Url base_url_;
+  const std::string api_key_;
+  const HttpClient http_;
+  std::mutex random_mutex_;  // complete() may run on several threads at once
   std::mt19937_64 random_{std::random_device{}()};
 };
 

@@ -1,4 +1,4 @@
-// The agent's language model: one streamed chat completion with tools at a time, from any
+// The agent's language model: streamed chat completions with tools, from any server that
 // server that speaks OpenAI's chat-completions protocol (OpenAI, llama.cpp, vLLM, Ollama, a
 // gateway, or the scripted model server of the tests).
 #pragma once
@@ -13,6 +13,7 @@
 
 namespace quarry::agent {
 
+// Implementations are thread-safe: several conversations may share one client.
 class ModelClient {
  public:
   virtual ~ModelClient() = default;
