@@ -1,5 +1,5 @@
 // The agent's language model: streamed chat completions with tools, from any server that
-// server that speaks OpenAI's chat-completions protocol (OpenAI, llama.cpp, vLLM, Ollama, a
+// speaks OpenAI's chat-completions protocol (OpenAI, llama.cpp, vLLM, Ollama, a
 // gateway, or the scripted model server of the tests).
 #pragma once
 
