@@ -61,6 +61,13 @@ foreach(_name arrow parquet)
 endforeach()
 set_property(TARGET Arrow::parquet PROPERTY INTERFACE_LINK_LIBRARIES Arrow::arrow)
 
+# The wheel's libarrow carries a static OpenSSL and exports its symbols. Whichever library comes
+# first in a program's search order wins every OpenSSL call, so a program with both would mix
+# two OpenSSL copies (and crash in certificate loading). Anything linking Arrow therefore asks
+# for the system's libssl and libcrypto first, before its own objects and libraries.
+set_property(TARGET Arrow::arrow PROPERTY INTERFACE_LINK_OPTIONS
+  "LINKER:--push-state,--no-as-needed" "-lssl" "-lcrypto" "LINKER:--pop-state")
+
 include(FindPackageHandleStandardArgs)
 find_package_handle_standard_args(ArrowWheel
   REQUIRED_VARS ArrowWheel_INCLUDE_DIR ArrowWheel_LIBRARY_DIR

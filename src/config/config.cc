@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "common/url.h"
 
 namespace quarry {
 namespace {
@@ -317,6 +318,62 @@ Result<void> parse_conversations(const Walker& walk, const YAML::Node& node,
   return {};
 }
 
+Result<void> parse_model(const Walker& walk, const YAML::Node& node, ModelConfig& out) {
+  RETURN_IF_ERROR(walk.check_map(node, "model",
+                                 {"base_url", "name", "api_key_env", "timeout", "connect_timeout",
+                                  "max_retries", "max_steps", "temperature", "ca_file"}));
+  if (node.IsNull()) return {};
+  if (auto value = node["base_url"]) {
+    ASSIGN_OR_RETURN(out.base_url, walk.scalar(value, "model.base_url"));
+    if (auto url = parse_url(out.base_url); !url) {
+      return walk.fail(value, "model.base_url", "{}", url.error().message);
+    }
+  }
+  if (auto value = node["name"]) {
+    ASSIGN_OR_RETURN(out.name, walk.scalar(value, "model.name"));
+    if (out.name.empty()) return walk.fail(value, "model.name", "must not be empty");
+  }
+  if (auto value = node["api_key_env"]) {
+    ASSIGN_OR_RETURN(out.api_key_env, walk.scalar(value, "model.api_key_env"));
+    const bool valid = std::all_of(out.api_key_env.begin(), out.api_key_env.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+    });
+    if (!valid || (!out.api_key_env.empty() &&
+                   std::isdigit(static_cast<unsigned char>(out.api_key_env.front())))) {
+      return walk.fail(value, "model.api_key_env",
+                       "'{}' is not an environment variable name (letters, digits, '_'; \"\" "
+                       "for a server that needs no key)",
+                       out.api_key_env);
+    }
+  }
+  if (auto value = node["timeout"]) {
+    ASSIGN_OR_RETURN(out.timeout, walk.duration(value, "model.timeout"));
+  }
+  if (auto value = node["connect_timeout"]) {
+    ASSIGN_OR_RETURN(out.connect_timeout, walk.duration(value, "model.connect_timeout"));
+  }
+  if (auto value = node["max_retries"]) {
+    ASSIGN_OR_RETURN(auto retries, walk.count(value, "model.max_retries", 0, 10));
+    out.max_retries = static_cast<uint32_t>(retries);
+  }
+  if (auto value = node["max_steps"]) {
+    ASSIGN_OR_RETURN(auto steps, walk.count(value, "model.max_steps", 1, 1000));
+    out.max_steps = static_cast<uint32_t>(steps);
+  }
+  if (auto value = node["temperature"]) {
+    ASSIGN_OR_RETURN(auto temperature, walk.number(value, "model.temperature"));
+    if (!(temperature >= 0 && temperature <= 2)) {
+      return walk.fail(value, "model.temperature", "{} is out of range (allowed: 0 to 2)",
+                       temperature);
+    }
+    out.temperature = temperature;
+  }
+  if (auto value = node["ca_file"]) {
+    ASSIGN_OR_RETURN(out.ca_file, walk.scalar(value, "model.ca_file"));
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<void> validate_resources(const ResourceLimits& resources) {
@@ -352,7 +409,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
   config.source = std::string(source);
   Walker walk(source);
   if (root.IsNull()) return config;  // an empty file means all defaults
-  RETURN_IF_ERROR(walk.check_map(root, "", {"sandbox", "database", "conversations"}));
+  RETURN_IF_ERROR(walk.check_map(root, "", {"sandbox", "database", "conversations", "model"}));
   try {
     if (auto sandbox = root["sandbox"])
       RETURN_IF_ERROR(parse_sandbox(walk, sandbox, config.sandbox));
@@ -360,6 +417,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
       RETURN_IF_ERROR(parse_database(walk, database, config.database));
     if (auto conversations = root["conversations"])
       RETURN_IF_ERROR(parse_conversations(walk, conversations, config.conversations));
+    if (auto model = root["model"]) RETURN_IF_ERROR(parse_model(walk, model, config.model));
   } catch (const YAML::Exception& error) {
     return make_error(ErrorCode::kInvalidArgument, "{}:{}: {}", source, error.mark.line + 1,
                       error.msg);

@@ -72,10 +72,28 @@ struct ConversationsConfig {
   ContextConfig context;
 };
 
+// The language model the agent talks to (agent/model_client.h): any server that speaks
+// OpenAI's chat-completions protocol with tool calls and streaming.
+struct ModelConfig {
+  std::string base_url = "https://api.openai.com/v1";  // parsed with parse_url at load
+  std::string name = "gpt-4o";                         // the request's "model"
+  // The environment variable that holds the API key. A loopback base_url may run without it;
+  // "" means the server needs no key wherever it is.
+  std::string api_key_env = "OPENAI_API_KEY";
+  Duration timeout = std::chrono::minutes(5);           // one request, until its last token
+  Duration connect_timeout = std::chrono::seconds(10);  // resolve, connect and TLS handshake
+  uint32_t max_retries = 3;           // after 429, 5xx and connection failures; 0 = one attempt
+  uint32_t max_steps = 12;            // model calls per user turn (the agent loop's limit)
+  std::optional<double> temperature;  // unset: the server's default
+  // A PEM file of CA certificates to trust instead of the system's (a private gateway, tests).
+  std::string ca_file;
+};
+
 struct Config {
   SandboxConfig sandbox;
   DatabaseConfig database;
   ConversationsConfig conversations;
+  ModelConfig model;
   // Where the configuration came from, for messages ("built-in defaults" if no file).
   std::string source = "built-in defaults";
 };

@@ -137,6 +137,27 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"url a list", "database:\n  url: [a, b]\n", "database.url: must be a single value"},
       {"tiny row groups", "database:\n  export_row_group_rows: 10\n",
        "database.export_row_group_rows: 10 is out of range"},
+      {"unknown model key", "model:\n  modle: x\n",
+       "config.yml:2: model.modle: unknown key (known keys here: base_url, name, api_key_env, "
+       "timeout, connect_timeout, max_retries, max_steps, temperature, ca_file)"},
+      {"model not a map", "model: gpt-4o\n", "model: must be a mapping"},
+      {"base url without scheme", "model:\n  base_url: localhost:8080/v1\n",
+       "config.yml:2: model.base_url: 'localhost:8080/v1' is not a usable URL: it must start with "
+       "http:// or https://"},
+      {"base url with credentials", "model:\n  base_url: https://me:secret@api.example/v1\n",
+       "model.base_url: 'https://me:secret@api.example/v1' is not a usable URL: it carries "
+       "credentials"},
+      {"base url bad port", "model:\n  base_url: http://localhost:99999\n",
+       "'99999' is not a port"},
+      {"empty model name", "model:\n  name: ''\n", "model.name: must not be empty"},
+      {"bad key variable", "model:\n  api_key_env: $OPENAI_API_KEY\n",
+       "model.api_key_env: '$OPENAI_API_KEY' is not an environment variable name"},
+      {"zero model timeout", "model:\n  timeout: 0s\n", "model.timeout: must be longer than zero"},
+      {"too many retries", "model:\n  max_retries: 50\n",
+       "model.max_retries: 50 is out of range (allowed: 0 to 10)"},
+      {"zero steps", "model:\n  max_steps: 0\n", "model.max_steps: 0 is out of range"},
+      {"hot temperature", "model:\n  temperature: 3\n",
+       "model.temperature: 3 is out of range (allowed: 0 to 2)"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -160,6 +181,45 @@ TEST(Config, ReadsConversationSettings) {
   EXPECT_EQ(config->conversations.context.recent_turns, 3u);
   auto defaults = parse_config("", "config.yml");
   EXPECT_EQ(defaults->conversations.instance_id, "local");
+}
+
+TEST(Config, ReadsTheModelSection) {
+  auto defaults = parse_config("", "config.yml");
+  ASSERT_TRUE(defaults) << defaults.error().message;
+  EXPECT_EQ(defaults->model.base_url, "https://api.openai.com/v1");
+  EXPECT_EQ(defaults->model.name, "gpt-4o");
+  EXPECT_EQ(defaults->model.api_key_env, "OPENAI_API_KEY");
+  EXPECT_EQ(defaults->model.timeout, std::chrono::minutes(5));
+  EXPECT_EQ(defaults->model.connect_timeout, std::chrono::seconds(10));
+  EXPECT_EQ(defaults->model.max_retries, 3u);
+  EXPECT_EQ(defaults->model.max_steps, 12u);
+  EXPECT_FALSE(defaults->model.temperature);
+  EXPECT_EQ(defaults->model.ca_file, "");
+
+  auto config = parse_config(R"(
+model:
+  base_url: http://127.0.0.1:8080/v1/
+  name: qwen2.5-coder
+  api_key_env: ""
+  timeout: 90s
+  connect_timeout: 2s
+  max_retries: 0
+  max_steps: 30
+  temperature: 0.2
+  ca_file: /etc/quarry/gateway-ca.pem
+)",
+                             "config.yml");
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->model.base_url, "http://127.0.0.1:8080/v1/");
+  EXPECT_EQ(config->model.name, "qwen2.5-coder");
+  EXPECT_EQ(config->model.api_key_env, "");
+  EXPECT_EQ(config->model.timeout, std::chrono::seconds(90));
+  EXPECT_EQ(config->model.connect_timeout, std::chrono::seconds(2));
+  EXPECT_EQ(config->model.max_retries, 0u);
+  EXPECT_EQ(config->model.max_steps, 30u);
+  ASSERT_TRUE(config->model.temperature);
+  EXPECT_DOUBLE_EQ(*config->model.temperature, 0.2);
+  EXPECT_EQ(config->model.ca_file, "/etc/quarry/gateway-ca.pem");
 }
 
 TEST(Config, LoadPrefersTheExplicitFileThenTheEnvironment) {
