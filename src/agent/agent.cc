@@ -163,19 +163,29 @@ Result<std::string> Agent::run_turn(std::string_view conversation_id, std::strin
       return reply.content;
     }
 
+    // Every call gets a result in the history, even when the turn is cancelled half way:
+    // a tool call without its result would make the history unusable for the next turn.
+    bool cancelled = false;
     for (const auto& call : reply.tool_calls) {
+      Message tool;
+      tool.turn = turn->number();
+      tool.role = Role::kTool;
+      tool.tool_call_id = call.id;
+      if (cancelled) {
+        tool.content = "(not run: the turn was cancelled)";
+        RETURN_IF_ERROR(history_.append_message(id, std::move(tool)));
+        continue;
+      }
       AgentEvent started = event(AgentEvent::Kind::kToolCall, step);
       started.tool = call.name;
       started.tool_call_id = call.id;
       started.arguments = call.arguments;
       emit(started);
-      ToolResult result = toolbox_.call(call.name, call.arguments, *turn);
-      Message tool;
-      tool.turn = turn->number();
-      tool.role = Role::kTool;
-      tool.tool_call_id = call.id;
-      tool.content = result.content;
+      ToolResult result = toolbox_.call(call.name, call.arguments, *turn, cancel_fd);
+      cancelled = result.cancelled;
+      tool.content = cancelled ? "(stopped: the turn was cancelled)" : result.content;
       RETURN_IF_ERROR(history_.append_message(id, std::move(tool)));
+      if (cancelled) continue;
       AgentEvent finished = event(AgentEvent::Kind::kToolResult, step);
       finished.tool = call.name;
       finished.tool_call_id = call.id;
@@ -187,6 +197,7 @@ Result<std::string> Agent::run_turn(std::string_view conversation_id, std::strin
         emit(saved);
       }
     }
+    if (cancelled) return fail(Error{ErrorCode::kCancelled, "the turn was cancelled"}, step);
   }
   return fail(Error{ErrorCode::kResourceExhausted,
                     fmt::format("the turn stopped after {} model steps without an answer "

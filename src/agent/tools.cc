@@ -156,7 +156,7 @@ Toolbox::Toolbox(ToolEnvironment environment)
                  kMaxArtifactBytes) {}
 
 ToolResult Toolbox::call(std::string_view name, std::string_view arguments_text,
-                         conversation::Turn& turn) {
+                         conversation::Turn& turn, int cancel_fd) {
   auto definition = std::find_if(definitions_.begin(), definitions_.end(),
                                  [&](const ToolSchema& d) { return d.name == name; });
   if (definition == definitions_.end()) {
@@ -178,7 +178,7 @@ ToolResult Toolbox::call(std::string_view name, std::string_view arguments_text,
   if (name == "query_database") return query_database(arguments);
   if (name == "export_query") return export_query(arguments, turn);
   if (name == "write_file") return write_file(arguments, turn);
-  if (name == "run_python") return run_python(arguments, turn);
+  if (name == "run_python") return run_python(arguments, turn, cancel_fd);
   return list_outputs(turn);
 }
 
@@ -247,7 +247,8 @@ ToolResult Toolbox::write_file(const nlohmann::json& arguments, conversation::Tu
   return tool;
 }
 
-ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Turn& turn) {
+ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Turn& turn,
+                               int cancel_fd) {
   const bool has_path = arguments.contains("path");
   const bool has_code = arguments.contains("code");
   if (has_path == has_code) {
@@ -274,10 +275,12 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
   request.argv = {"python", script};
   request.timeout = environment_.config.sandbox.exec_timeout;
   request.output_limit = environment_.config.sandbox.output_limit_bytes;
+  request.cancel_fd = cancel_fd;
   auto execution = sandbox.execute(request);
   if (!execution) {
     ToolResult tool = failed(fmt::format("run_python: {}", execution.error().message));
     tool.failure = {FailureKind::kEnvironment, "sandbox", execution.error().message};
+    tool.cancelled = execution.error().code == ErrorCode::kCancelled;
     return tool;
   }
   const auto& result = execution->result;

@@ -31,6 +31,7 @@ struct ToolResult {
   Failure failure;                          // run_python: what kind of failure
   std::optional<sandbox::ExecResult> exec;  // run_python's metering (the full record is in history)
   std::vector<conversation::Artifact> artifacts;  // collected by this call
+  bool cancelled = false;                         // stopped through cancel_fd: the turn ends here
 };
 
 class Toolbox {
@@ -39,14 +40,15 @@ class Toolbox {
 
   const std::vector<ToolSchema>& definitions() const { return definitions_; }
 
-  // `arguments` is the JSON text the model sent.
-  ToolResult call(std::string_view name, std::string_view arguments, conversation::Turn& turn);
+  // `arguments` is the JSON text the model sent. `cancel_fd` readable stops a running command.
+  ToolResult call(std::string_view name, std::string_view arguments, conversation::Turn& turn,
+                  int cancel_fd = -1);
 
  private:
   ToolResult query_database(const nlohmann::json& arguments);
   ToolResult export_query(const nlohmann::json& arguments, conversation::Turn& turn);
   ToolResult write_file(const nlohmann::json& arguments, conversation::Turn& turn);
-  ToolResult run_python(const nlohmann::json& arguments, conversation::Turn& turn);
+  ToolResult run_python(const nlohmann::json& arguments, conversation::Turn& turn, int cancel_fd);
   ToolResult list_outputs(conversation::Turn& turn);
 
   ToolEnvironment environment_;

@@ -17,6 +17,7 @@ class CommandGroup {
 
 std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& context, int& exit_code);
 std::unique_ptr<CommandGroup> add_image_commands(CLI::App& app, Context& context, int& exit_code);
+std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, int& exit_code);
 std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& context,
                                                         int& exit_code);
 std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, int& exit_code);

@@ -45,3 +45,13 @@ class Context {
 int report(const Error& error);
 
 }  // namespace quarry::cli
+
+// In a command returning its exit status: on error, report it and return 1.
+#define ASSIGN_OR_RETURN_CLI(lhs, expr) \
+  QUARRY_ASSIGN_OR_RETURN_CLI_IMPL(QUARRY_CONCAT(quarry_cli_result_, __LINE__), lhs, expr)
+#define QUARRY_ASSIGN_OR_RETURN_CLI_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                     \
+  if (!tmp) return ::quarry::cli::report(tmp.error());   \
+  lhs = std::move(*tmp)
+
+namespace quarry::cli {}  // namespace quarry::cli

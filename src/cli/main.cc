@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   auto image_commands = quarry::cli::add_image_commands(app, context, exit_code);
   auto db_commands = quarry::cli::add_db_commands(app, context, exit_code);
   auto conversation_commands = quarry::cli::add_conversation_commands(app, context, exit_code);
+  auto ask_command = quarry::cli::add_ask_command(app, context, exit_code);
   app.parse_complete_callback([&] {
     if (auto logging = quarry::setup_logging(options.log_level); !logging) {
       throw CLI::ValidationError("--log-level", logging.error().message);

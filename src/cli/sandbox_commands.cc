@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "cli/cancel_signals.h"
 #include "cli/commands.h"
 #include "common/units.h"
 #include "sandbox/local/state.h"
@@ -20,7 +21,6 @@ using sandbox::Labels;
 
 // Exit status of `sandbox exec` when the command hit its timeout, as timeout(1) does.
 constexpr int kTimeoutExit = 124;
-constexpr int kCancelledExit = 130;
 
 struct ResourceFlags {
   std::string memory, disk;
@@ -93,26 +93,6 @@ Result<sandbox::SandboxSpec> make_spec(const ResourceFlags& flags, const Config&
   RETURN_IF_ERROR(validate_resources(spec.resources));
   return spec;
 }
-
-// SIGINT, SIGTERM and SIGHUP become readable on a signalfd instead of killing us, so a
-// cancelled exec can clean up (and `run` can destroy its sandbox).
-class CancelSignals {
- public:
-  CancelSignals() {
-    sigset_t signals;
-    sigemptyset(&signals);
-    for (int signal : {SIGINT, SIGTERM, SIGHUP})
-      sigaddset(&signals, signal);
-    ::sigprocmask(SIG_BLOCK, &signals, &old_);
-    fd_.reset(::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK));
-  }
-  ~CancelSignals() { ::sigprocmask(SIG_SETMASK, &old_, nullptr); }
-  int fd() const { return fd_.get(); }
-
- private:
-  sigset_t old_;
-  UniqueFd fd_;
-};
 
 void write_all(int fd, std::string_view data) {
   while (!data.empty()) {
