@@ -59,6 +59,17 @@ AgentEvent event(AgentEvent::Kind kind, int step, std::string text = {}) {
 
 }  // namespace
 
+AgentOptions agent_options(const Config& config) {
+  AgentOptions options;
+  options.max_steps = config.model.max_steps;
+  const auto& context = config.conversations.context;
+  options.context.budget_chars = context.budget_chars;
+  options.context.tool_output_chars = context.tool_output_chars;
+  options.context.recent_turns = static_cast<int>(context.recent_turns);
+  options.output_dir = config.sandbox.output_dir;
+  return options;
+}
+
 Agent::Agent(ModelClient& model, conversation::ConversationManager& manager,
              conversation::HistoryStore& history, Toolbox& toolbox, std::string system_prompt,
              AgentOptions options)

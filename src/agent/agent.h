@@ -33,6 +33,9 @@ struct AgentOptions {
   std::string output_dir = "/home/sandbox/outputs";  // where answers may name files
 };
 
+// The options `config` gives: model.max_steps, the context budget, the output directory.
+AgentOptions agent_options(const Config& config);
+
 class Agent {
  public:
   Agent(ModelClient& model, conversation::ConversationManager& manager,

@@ -138,14 +138,9 @@ int ask(Context& context, const AskOptions& options) {
                        data::resolve_database(config->database, context.state_dir()));
   ASSIGN_OR_RETURN_CLI(auto model, agent::make_model_client(config->model));
 
-  conversation::ManagerOptions manager_options;
-  manager_options.instance_id = config->conversations.instance_id;
-  manager_options.spec.resources = config->sandbox.resources;
-  manager_options.spec.network = config->sandbox.network;
-  manager_options.prepare.directories = {config->sandbox.data_dir, config->sandbox.output_dir};
-  manager_options.idle_timeout = config->sandbox.idle_timeout;
   SystemClock clock;
-  conversation::ConversationManager manager(*provider, *history, clock, manager_options);
+  conversation::ConversationManager manager(*provider, *history, clock,
+                                            conversation::manager_options(*config));
   // No server keeps time here, so each ask deletes the sandboxes that have idled too long.
   if (auto reaped = manager.reap_idle(); !reaped) return report(reaped.error());
 
@@ -157,14 +152,8 @@ int ask(Context& context, const AskOptions& options) {
   }
 
   agent::Toolbox toolbox({*config, database, *history, context.state_dir()});
-  agent::AgentOptions agent_options;
-  agent_options.max_steps = config->model.max_steps;
-  agent_options.context.budget_chars = config->conversations.context.budget_chars;
-  agent_options.context.tool_output_chars = config->conversations.context.tool_output_chars;
-  agent_options.context.recent_turns = static_cast<int>(config->conversations.context.recent_turns);
-  agent_options.output_dir = config->sandbox.output_dir;
   agent::Agent agent(*model, manager, *history, toolbox, agent::system_prompt(*config),
-                     agent_options);
+                     agent::agent_options(*config));
 
   CancelSignals cancel;
   Printer printer;

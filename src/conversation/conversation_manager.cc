@@ -60,6 +60,16 @@ std::string replacement_notice(SandboxLifecycle previous, const std::vector<std:
 
 }  // namespace
 
+ManagerOptions manager_options(const Config& config) {
+  ManagerOptions options;
+  options.instance_id = config.conversations.instance_id;
+  options.spec.resources = config.sandbox.resources;
+  options.spec.network = config.sandbox.network;
+  options.prepare.directories = {config.sandbox.data_dir, config.sandbox.output_dir};
+  options.idle_timeout = config.sandbox.idle_timeout;
+  return options;
+}
+
 ConversationManager::ConversationManager(sandbox::SandboxProvider& provider, HistoryStore& history,
                                          const Clock& clock, ManagerOptions options)
     : provider_(provider),

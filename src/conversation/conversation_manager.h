@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "config/config.h"
 #include "conversation/history_store.h"
 #include "conversation/lazy_sandbox.h"
 #include "conversation/lifecycle.h"
@@ -34,6 +35,10 @@ struct ManagerOptions {
   sandbox::PrepareSpec prepare;  // made ready before a sandbox is assigned
   std::chrono::milliseconds idle_timeout = std::chrono::minutes(15);
 };
+
+// The options `config` gives: its instance id, sandbox resources and network, idle timeout,
+// and the data and output directories made ready in every new sandbox.
+ManagerOptions manager_options(const Config& config);
 
 class Turn;
 
