@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "common/units.h"
+#include "conversation/conversation_manager.h"
 #include "sandbox/metering.h"
 
 namespace quarry::cli {
@@ -216,6 +217,25 @@ std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& 
                          "also show what happened to its sandbox (created, died, replaced, ...)");
   show_command->add_flag("--json", opts.show_json,
                          "print everything (messages, events, execs, artifacts) as JSON");
+  auto* reap = group->add_subcommand(
+      "reap",
+      "delete the sandboxes of conversations idle longer than sandbox.idle_timeout "
+      "(quarry ask does this too; run it from cron when nothing else will)");
+  reap->callback([&] {
+    auto config = context.config();
+    if (!config) return void(exit_code = report(config.error()));
+    auto provider = context.provider();
+    if (!provider) return void(exit_code = report(provider.error()));
+    auto history = context.history();
+    if (!history) return void(exit_code = report(history.error()));
+    SystemClock clock;
+    conversation::ConversationManager manager(**provider, **history, clock,
+                                              conversation::manager_options(**config));
+    auto reaped = manager.reap_idle();
+    if (!reaped) return void(exit_code = report(reaped.error()));
+    std::cout << fmt::format("deleted {} idle sandbox{}\n", *reaped, *reaped == 1 ? "" : "es");
+  });
+
   show_command->callback([&] {
     auto history = context.history();
     if (!history) return void(exit_code = report(history.error()));

@@ -243,7 +243,14 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
     }
   }
   if (auto value = node["local"]) {
-    RETURN_IF_ERROR(walk.check_map(value, "sandbox.local", {"volume_size"}));
+    RETURN_IF_ERROR(walk.check_map(value, "sandbox.local", {"volume_size", "favordynmods"}));
+    if (auto flag = value["favordynmods"]) {
+      ASSIGN_OR_RETURN(auto text, walk.scalar(flag, "sandbox.local.favordynmods"));
+      if (text != "true" && text != "false") {
+        return walk.fail(flag, "sandbox.local.favordynmods", "'{}' must be true or false", text);
+      }
+      out.local.favordynmods = text == "true";
+    }
     if (auto size = value["volume_size"]) {
       ASSIGN_OR_RETURN(out.local.volume_bytes, walk.size(size, "sandbox.local.volume_size"));
       if (out.local.volume_bytes < kGiB) {

@@ -30,6 +30,9 @@ struct NetworkPolicy {
 struct LocalProviderConfig {
   // Size of the volume that holds every sandbox's writable layer (sparse; grows as used).
   uint64_t volume_bytes = 64 * kGiB;
+  // Remount the host's cgroup2 with favordynmods, so that starting a sandbox or a command does
+  // not wait for an RCU grace period (see sandbox/local/cgroup.h).
+  bool favordynmods = true;
 };
 
 struct SandboxConfig {

@@ -3,6 +3,7 @@
 #include "sandbox/local/cgroup.h"
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 
 #include <fstream>
 
@@ -92,6 +93,24 @@ TEST(CgroupDetection, MissingControllersAreNamed) {
   EXPECT_EQ(driver.error().code, ErrorCode::kFailedPrecondition);
   EXPECT_NE(driver.error().message.find("cpu, cpuacct, pids"), std::string::npos)
       << driver.error().message;
+}
+
+TEST(CgroupDetection, FavordynmodsKeepsTheMountsOtherOptions) {
+  auto mounts = parse_cgroup_mounts(kUnifiedMountinfo);
+  ASSERT_EQ(mounts.size(), 1u);
+  auto remount = favordynmods_remount(mounts[0]);
+  ASSERT_TRUE(remount);
+  EXPECT_EQ(remount->flags, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  EXPECT_EQ(remount->data, "nsdelegate,memory_recursiveprot,favordynmods");
+  // Already set: nothing to do.
+  auto tuned = parse_cgroup_mounts(
+      "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,favordynmods\n");
+  EXPECT_FALSE(favordynmods_remount(tuned[0]));
+  auto hybrid = parse_cgroup_mounts(kHybridMountinfo);
+  auto plain = favordynmods_remount(hybrid.back());
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->flags, MS_REMOUNT | MS_RELATIME);
+  EXPECT_EQ(plain->data, "favordynmods");
 }
 
 TEST(CgroupDetection, UnescapesMountPoints) {

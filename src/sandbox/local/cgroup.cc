@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,6 +63,8 @@ std::vector<CgroupMount> parse_cgroup_mounts(std::string_view mountinfo) {
     if (before.size() < 5 || after.size() < 3) continue;
     CgroupMount mount;
     mount.mount_point = unescape_mount_path(before[4]);
+    mount.mount_options = std::string(before[5]);
+    mount.super_options = std::string(after[2]);
     if (after[0] == "cgroup2") {
       mount.unified = true;
     } else if (after[0] == "cgroup") {
@@ -122,6 +125,45 @@ Result<std::unique_ptr<CgroupDriver>> detect_cgroups(std::string_view parent) {
       mount.controllers.push_back(word);
   }
   return make_cgroup_driver(mounts, parent);
+}
+
+std::optional<Remount> favordynmods_remount(const CgroupMount& mount) {
+  Remount remount;
+  remount.flags = MS_REMOUNT;
+  // A remount replaces the mount's flags and the filesystem's options: say again what is set.
+  for (std::string_view option : split(mount.mount_options, ',')) {
+    if (option == "ro") remount.flags |= MS_RDONLY;
+    if (option == "nosuid") remount.flags |= MS_NOSUID;
+    if (option == "nodev") remount.flags |= MS_NODEV;
+    if (option == "noexec") remount.flags |= MS_NOEXEC;
+    if (option == "noatime") remount.flags |= MS_NOATIME;
+    if (option == "nodiratime") remount.flags |= MS_NODIRATIME;
+    if (option == "relatime") remount.flags |= MS_RELATIME;
+  }
+  std::vector<std::string_view> options;
+  for (std::string_view option : split(mount.super_options, ',')) {
+    if (option == "favordynmods") return std::nullopt;
+    if (option != "rw" && option != "ro" && !option.empty()) options.push_back(option);
+  }
+  options.push_back("favordynmods");
+  remount.data = fmt::format("{}", fmt::join(options, ","));
+  return remount;
+}
+
+Result<bool> favor_dynamic_modifications() {
+  ASSIGN_OR_RETURN(auto mountinfo, read_file("/proc/self/mountinfo"));
+  for (const auto& mount : parse_cgroup_mounts(mountinfo)) {
+    if (!mount.unified) continue;
+    auto remount = favordynmods_remount(mount);
+    if (!remount) return true;
+    if (::mount(nullptr, mount.mount_point.c_str(), nullptr, remount->flags,
+                remount->data.c_str()) != 0) {
+      return errno_error("remounting '{}' with favordynmods ({})", mount.mount_point.string(),
+                         remount->data);
+    }
+    return true;
+  }
+  return false;
 }
 
 namespace cgroup_files {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,6 +87,8 @@ struct CgroupMount {
   std::filesystem::path mount_point;
   bool unified = false;                  // cgroup2
   std::vector<std::string> controllers;  // v1: from the super options; v2: cgroup.controllers
+  std::string mount_options;             // per mount, e.g. "rw,nosuid,nodev,noexec,relatime"
+  std::string super_options;             // per filesystem, e.g. "rw,nsdelegate"
 };
 
 // Parses the cgroup and cgroup2 lines of a mountinfo file.
@@ -99,6 +102,21 @@ Result<std::unique_ptr<CgroupDriver>> make_cgroup_driver(const std::vector<Cgrou
 
 // Reads /proc/self/mountinfo and the v2 controllers, then make_cgroup_driver().
 Result<std::unique_ptr<CgroupDriver>> detect_cgroups(std::string_view parent = "quarry");
+
+// Moving a process into a cgroup takes a global lock whose fast path costs an RCU grace period
+// (about 8 ms here) whenever no migration happened in the last few milliseconds, which is every
+// sandbox start and every exec of a conversation. cgroup2's `favordynmods` option (Linux 6.0)
+// makes migrations take microseconds instead, for all hierarchies, v1 ones too, at a small cost
+// to fork and exit. This remounts the host's cgroup2 filesystem with it, keeping its other
+// options. Returns false when there is no cgroup2 mount; an error when the kernel refuses.
+Result<bool> favor_dynamic_modifications();
+
+// The options to remount `mount` with favordynmods added, or nullopt if it has it already.
+struct Remount {
+  unsigned long flags = 0;
+  std::string data;
+};
+std::optional<Remount> favordynmods_remount(const CgroupMount& mount);
 
 // Drivers over explicit directories, for hosts and for tests on a fake tree.
 std::unique_ptr<CgroupDriver> make_cgroup_v2(std::filesystem::path root, std::string parent);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -152,6 +153,19 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& 
                       options.init_binary.string());
   }
   ASSIGN_OR_RETURN(auto cgroups, detect_cgroups());
+  if (config.local.favordynmods) {
+    auto tuned = favor_dynamic_modifications();
+    if (!tuned) {
+      spdlog::warn(
+          "{}; starting a sandbox or a command may wait for an RCU grace period "
+          "(several ms) each time (set sandbox.local.favordynmods: false to stop trying)",
+          tuned.error().message);
+    } else if (!*tuned) {
+      spdlog::info(
+          "no cgroup2 mount to set favordynmods on; moving processes between cgroups "
+          "may wait for an RCU grace period (several ms)");
+    }
+  }
   ASSIGN_OR_RETURN(auto seccomp, build_seccomp_filter());
   RETURN_IF_ERROR(make_directories(options.state_dir, 0755));
   return std::unique_ptr<LocalProvider>(
