@@ -140,6 +140,27 @@ TEST(Files, WriteReadListRoundTrip) {
   EXPECT_EQ(owner->exit_code, 0);
 }
 
+TEST(Files, AWriteThatFillsTheDiskLeavesTheOldFile) {
+  auto spec = ScopedSandbox::default_spec();
+  spec.resources.disk_bytes = 64 << 20;
+  ScopedSandbox sandbox(spec);
+  std::istringstream small(std::string(1 << 20, 'a'));
+  ASSERT_TRUE(provider().write_file(sandbox.id(), "/home/sandbox/data/table.parquet", small));
+  std::istringstream huge(std::string(100 << 20, 'b'));
+  auto refused = provider().write_file(sandbox.id(), "/home/sandbox/data/table.parquet", huge);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("would fill the sandbox's disk; nothing was written"),
+            std::string::npos)
+      << refused.error().message;
+  std::ostringstream out;
+  ASSERT_TRUE(provider().read_file(sandbox.id(), "/home/sandbox/data/table.parquet", out, 2 << 20));
+  EXPECT_EQ(out.str(), std::string(1 << 20, 'a'));
+  auto listed = provider().list_files(sandbox.id(), "/home/sandbox/data");
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->size(), 1u);  // no temporary file left behind
+}
+
 TEST(Files, SymlinkPlantedInsideIsRefused) {
   ScopedSandbox sandbox;
   auto planted = run(sandbox.id(), {"sh", "-c",

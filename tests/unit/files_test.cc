@@ -95,6 +95,24 @@ TEST_F(FakeSandboxRoot, RefusesFifosWithoutHanging) {
   EXPECT_FALSE(files_->write("/home/sandbox/outputs/pipe", content, 0, 0));
 }
 
+TEST_F(FakeSandboxRoot, AFailedWriteLeavesTheOldFile) {
+  std::istringstream first("the data exported yesterday");
+  ASSERT_TRUE(files_->write("/home/sandbox/data/events.parquet", first, ::getuid(), ::getgid()));
+  // A stream that breaks half way: the file must not be left half written.
+  std::stringstream broken;
+  broken << std::string(100000, 'x');
+  broken.setstate(std::ios::badbit);
+  EXPECT_FALSE(files_->write("/home/sandbox/data/events.parquet", broken, ::getuid(), ::getgid()));
+  EXPECT_EQ(*read("/home/sandbox/data/events.parquet"), "the data exported yesterday");
+  // and no temporary file is left beside it
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator(root_ / "home/sandbox/data")) {
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1u);
+}
+
 TEST_F(FakeSandboxRoot, ReadsRespectTheSizeLimit) {
   std::ofstream(root_ / "home/sandbox/outputs/big") << std::string(1000, 'x');
   std::ostringstream out;

@@ -134,16 +134,30 @@ Result<void> SandboxFiles::write(const std::string& path, std::istream& content,
   if (target == "/") return make_error(ErrorCode::kInvalidArgument, "'/' is a directory");
   ASSIGN_OR_RETURN(UniqueFd directory, walk_to(target.parent_path().string(), owner, group));
   const std::string name = target.filename().string();
-  // O_NONBLOCK: opening a FIFO planted by the sandbox must fail, not wait for a reader.
-  UniqueFd file(open_in(directory.get(), name,
+  // Only a regular file is replaced: a symlink is not followed (as for reads), and a
+  // directory, FIFO or device node is not a file to write.
+  struct stat existing {};
+  if (::fstatat(directory.get(), name.c_str(), &existing, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISLNK(existing.st_mode)) {
+      errno = ELOOP;
+      return resolve_error(path);
+    }
+    if (!S_ISREG(existing.st_mode)) {
+      return make_error(ErrorCode::kInvalidArgument, "'{}' exists and is not a regular file", path);
+    }
+  }
+  // The content goes to a new file beside the target, renamed over it once complete: a
+  // failure (a full disk, a broken stream) leaves the old file as it was.
+  const std::string temp = fmt::format(".{}.quarry-{}", name, ::getpid());
+  UniqueFd file(open_in(directory.get(), temp,
                         O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644,
                         RESOLVE_BENEATH | kSafeResolve));
   if (!file) return resolve_error(path);
-  struct stat info {};
-  if (::fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
-    return make_error(ErrorCode::kInvalidArgument, "'{}' exists and is not a regular file", path);
-  }
-  if (::fchown(file.get(), owner, group) != 0) return errno_error("chown '{}'", path);
+  auto discard = [&](std::unexpected<Error> error) {
+    ::unlinkat(directory.get(), temp.c_str(), 0);
+    return error;
+  };
+  if (::fchown(file.get(), owner, group) != 0) return discard(errno_error("chown '{}'", path));
 
   char buffer[64 * 1024];
   while (content) {
@@ -155,17 +169,23 @@ Result<void> SandboxFiles::write(const std::string& path, std::istream& content,
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EDQUOT || errno == ENOSPC) {
-          return make_error(ErrorCode::kResourceExhausted,
-                            "writing '{}' filled the sandbox's disk; the file is incomplete", path);
+          return discard(make_error(ErrorCode::kResourceExhausted,
+                                    "writing '{}' would fill the sandbox's disk; nothing was "
+                                    "written",
+                                    path));
         }
-        return errno_error("writing '{}' in the sandbox", path);
+        return discard(errno_error("writing '{}' in the sandbox", path));
       }
       data += n;
       count -= n;
     }
   }
-  if (content.bad())
-    return make_error(ErrorCode::kInternal, "reading the content for '{}' failed", path);
+  if (content.bad()) {
+    return discard(make_error(ErrorCode::kInternal, "reading the content for '{}' failed", path));
+  }
+  if (::renameat(directory.get(), temp.c_str(), directory.get(), name.c_str()) != 0) {
+    return discard(errno_error("renaming '{}' into place", path));
+  }
   return {};
 }
 
