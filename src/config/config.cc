@@ -2,54 +2,19 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <algorithm>
-#include <charconv>
 #include <cstdlib>
-#include <fstream>
-#include <set>
-#include <sstream>
 
 #include "common/file_util.h"
 #include "common/url.h"
+#include "config/yaml_reader.h"
 
 namespace quarry {
 namespace {
 
-// Walks the YAML tree keeping the dotted path of the current key, so every error can say
-// exactly which setting is wrong and where it is.
-class Walker {
+// config.yml's own kinds of value on top of the shared YAML reader.
+class Walker : public YamlReader {
  public:
-  explicit Walker(std::string_view source) : source_(source) {}
-
-  template <typename... Args>
-  std::unexpected<Error> fail(const YAML::Node& node, std::string_view path,
-                              fmt::format_string<Args...> format, Args&&... args) const {
-    std::string where(source_);
-    if (node.Mark().line >= 0) where += fmt::format(":{}", node.Mark().line + 1);
-    return make_error(ErrorCode::kInvalidArgument, "{}: {}: {}", where, path,
-                      fmt::format(format, std::forward<Args>(args)...));
-  }
-
-  // Fails on keys not in `known`; a null node (empty section) is fine.
-  Result<void> check_map(const YAML::Node& node, std::string_view path,
-                         std::initializer_list<std::string_view> known) const {
-    if (node.IsNull()) return {};
-    if (!node.IsMap()) return fail(node, path, "must be a mapping of keys to values");
-    for (const auto& entry : node) {
-      auto key = entry.first.as<std::string>();
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        std::string child = path.empty() ? key : fmt::format("{}.{}", path, key);
-        return fail(entry.first, child, "unknown key (known keys here: {})",
-                    fmt::join(known, ", "));
-      }
-    }
-    return {};
-  }
-
-  Result<std::string> scalar(const YAML::Node& node, std::string_view path) const {
-    if (!node.IsScalar()) return fail(node, path, "must be a single value");
-    return node.Scalar();
-  }
+  using YamlReader::YamlReader;
 
   Result<uint64_t> size(const YAML::Node& node, std::string_view path) const {
     ASSIGN_OR_RETURN(auto text, scalar(node, path));
@@ -58,47 +23,15 @@ class Walker {
     return *value;
   }
 
-  Result<Duration> duration(const YAML::Node& node, std::string_view path) const {
-    ASSIGN_OR_RETURN(auto text, scalar(node, path));
-    auto value = parse_duration(text);
-    if (!value) return fail(node, path, "{}", value.error().message);
-    if (value->count() <= 0) return fail(node, path, "must be longer than zero");
-    return *value;
+  Result<Duration> positive_duration(const YAML::Node& node, std::string_view path) const {
+    ASSIGN_OR_RETURN(auto value, duration(node, path));
+    if (value.count() <= 0) return fail(node, path, "must be longer than zero");
+    return value;
   }
 
   Result<uint64_t> count(const YAML::Node& node, std::string_view path, uint64_t min,
                          uint64_t max) const {
-    ASSIGN_OR_RETURN(auto text, scalar(node, path));
-    uint64_t value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size()) {
-      return fail(node, path, "'{}' is not a whole number", text);
-    }
-    if (value < min || value > max) {
-      return fail(node, path, "{} is out of range (allowed: {} to {})", value, min, max);
-    }
-    return value;
-  }
-
-  Result<double> number(const YAML::Node& node, std::string_view path) const {
-    ASSIGN_OR_RETURN(auto text, scalar(node, path));
-    double value = 0;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size()) {
-      return fail(node, path, "'{}' is not a number", text);
-    }
-    return value;
-  }
-
-  Result<std::vector<std::string>> string_list(const YAML::Node& node,
-                                               std::string_view path) const {
-    if (!node.IsSequence()) return fail(node, path, "must be a list, e.g. [a, b]");
-    std::vector<std::string> values;
-    for (size_t i = 0; i < node.size(); ++i) {
-      ASSIGN_OR_RETURN(auto value, scalar(node[i], fmt::format("{}[{}]", path, i)));
-      values.push_back(std::move(value));
-    }
-    return values;
+    return whole_number(node, path, min, max);
   }
 
   // An absolute, normalised directory path inside the sandbox.
@@ -119,9 +52,6 @@ class Walker {
     if (text == "/") return fail(node, path, "must not be '/'");
     return text;
   }
-
- private:
-  std::string source_;
 };
 
 bool valid_package_spec(std::string_view spec) {
@@ -174,7 +104,7 @@ Result<void> parse_network(const Walker& walk, const YAML::Node& node, std::stri
     }
   }
   if (auto value = node["allow"]) {
-    ASSIGN_OR_RETURN(out.allow, walk.string_list(value, fmt::format("{}.allow", path)));
+    ASSIGN_OR_RETURN(out.allow, walk.scalar_list(value, fmt::format("{}.allow", path)));
   }
   if (out.mode == NetworkMode::kNone && !out.allow.empty()) {
     return walk.fail(node, fmt::format("{}.allow", path),
@@ -202,7 +132,7 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
     }
   }
   if (auto value = node["packages"]) {
-    ASSIGN_OR_RETURN(out.packages, walk.string_list(value, "sandbox.packages"));
+    ASSIGN_OR_RETURN(out.packages, walk.scalar_list(value, "sandbox.packages"));
     for (size_t i = 0; i < out.packages.size(); ++i) {
       if (!valid_package_spec(out.packages[i])) {
         return walk.fail(value[i], fmt::format("sandbox.packages[{}]", i),
@@ -228,10 +158,10 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
     RETURN_IF_ERROR(parse_resources(walk, value, "sandbox.resources", out.resources));
   }
   if (auto value = node["exec_timeout"]) {
-    ASSIGN_OR_RETURN(out.exec_timeout, walk.duration(value, "sandbox.exec_timeout"));
+    ASSIGN_OR_RETURN(out.exec_timeout, walk.positive_duration(value, "sandbox.exec_timeout"));
   }
   if (auto value = node["idle_timeout"]) {
-    ASSIGN_OR_RETURN(out.idle_timeout, walk.duration(value, "sandbox.idle_timeout"));
+    ASSIGN_OR_RETURN(out.idle_timeout, walk.positive_duration(value, "sandbox.idle_timeout"));
   }
   if (auto value = node["network"]) {
     RETURN_IF_ERROR(parse_network(walk, value, "sandbox.network", out.network));
@@ -245,11 +175,7 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
   if (auto value = node["local"]) {
     RETURN_IF_ERROR(walk.check_map(value, "sandbox.local", {"volume_size", "favordynmods"}));
     if (auto flag = value["favordynmods"]) {
-      ASSIGN_OR_RETURN(auto text, walk.scalar(flag, "sandbox.local.favordynmods"));
-      if (text != "true" && text != "false") {
-        return walk.fail(flag, "sandbox.local.favordynmods", "'{}' must be true or false", text);
-      }
-      out.local.favordynmods = text == "true";
+      ASSIGN_OR_RETURN(out.local.favordynmods, walk.boolean(flag, "sandbox.local.favordynmods"));
     }
     if (auto size = value["volume_size"]) {
       ASSIGN_OR_RETURN(out.local.volume_bytes, walk.size(size, "sandbox.local.volume_size"));
@@ -280,7 +206,8 @@ Result<void> parse_database(const Walker& walk, const YAML::Node& node, Database
     ASSIGN_OR_RETURN(out.query_max_rows, walk.count(value, "database.query_max_rows", 1, 100000));
   }
   if (auto value = node["statement_timeout"]) {
-    ASSIGN_OR_RETURN(out.statement_timeout, walk.duration(value, "database.statement_timeout"));
+    ASSIGN_OR_RETURN(out.statement_timeout,
+                     walk.positive_duration(value, "database.statement_timeout"));
   }
   if (auto value = node["export_row_group_rows"]) {
     ASSIGN_OR_RETURN(out.export_row_group_rows,
@@ -354,10 +281,10 @@ Result<void> parse_model(const Walker& walk, const YAML::Node& node, ModelConfig
     }
   }
   if (auto value = node["timeout"]) {
-    ASSIGN_OR_RETURN(out.timeout, walk.duration(value, "model.timeout"));
+    ASSIGN_OR_RETURN(out.timeout, walk.positive_duration(value, "model.timeout"));
   }
   if (auto value = node["connect_timeout"]) {
-    ASSIGN_OR_RETURN(out.connect_timeout, walk.duration(value, "model.connect_timeout"));
+    ASSIGN_OR_RETURN(out.connect_timeout, walk.positive_duration(value, "model.connect_timeout"));
   }
   if (auto value = node["max_retries"]) {
     ASSIGN_OR_RETURN(auto retries, walk.count(value, "model.max_retries", 0, 10));
@@ -405,16 +332,10 @@ Result<void> validate_resources(const ResourceLimits& resources) {
 }
 
 Result<Config> parse_config(std::string_view yaml_text, std::string_view source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& error) {
-    return make_error(ErrorCode::kInvalidArgument, "{}:{}:{}: not valid YAML: {}", source,
-                      error.mark.line + 1, error.mark.column + 1, error.msg);
-  }
+  Walker walk(source);
+  ASSIGN_OR_RETURN(auto root, walk.load(yaml_text));
   Config config;
   config.source = std::string(source);
-  Walker walk(source);
   if (root.IsNull()) return config;  // an empty file means all defaults
   RETURN_IF_ERROR(walk.check_map(root, "", {"sandbox", "database", "conversations", "model"}));
   try {

@@ -114,6 +114,7 @@ TEST_F(ScriptedServerTest, SaysWhatIsWrongWithAScenario) {
       {"typo", "steps:\n  - contnt: x\n",
        "typo.yml:2: steps[0].contnt: unknown key (known keys here: content, tool_calls"},
       {"no_steps", "description: nothing\n", "steps: must be a list of at least one step"},
+      {"empty_step", "steps:\n  - content: a\n  -\n", "steps[1]: is empty: give content"},
       {"both", "steps:\n  - choose: [{when: {tools: x}, content: a}]\n    content: b\n",
        "put the reply for when none matches under otherwise"},
       {"bad_fault", "steps:\n  - fail: {times: 2}\n", "needs either a status (400 to 599)"},

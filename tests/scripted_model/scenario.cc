@@ -7,85 +7,23 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "config/yaml_reader.h"
 
 namespace quarry::scripted_model {
 namespace {
 
 using nlohmann::json;
 
-// Reads YAML with errors that name the file, the line and the key's path.
-class Reader {
+// Scenario files' own kind of value on top of the shared YAML reader.
+class Reader : public YamlReader {
  public:
-  explicit Reader(std::string_view source) : source_(source) {}
-
-  template <typename... Args>
-  std::unexpected<Error> fail(const YAML::Node& node, std::string_view path,
-                              fmt::format_string<Args...> format, Args&&... args) const {
-    std::string where(source_);
-    if (node.Mark().line >= 0) where += fmt::format(":{}", node.Mark().line + 1);
-    return make_error(ErrorCode::kInvalidArgument, "{}: {}: {}", where, path,
-                      fmt::format(format, std::forward<Args>(args)...));
-  }
-
-  Result<void> check_map(const YAML::Node& node, std::string_view path,
-                         std::initializer_list<std::string_view> known) const {
-    if (!node.IsMap()) return fail(node, path, "must be a mapping of keys to values");
-    for (const auto& entry : node) {
-      auto key = entry.first.as<std::string>();
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        return fail(entry.first, fmt::format("{}.{}", path, key),
-                    "unknown key (known keys here: {})", fmt::join(known, ", "));
-      }
-    }
-    return {};
-  }
-
-  Result<std::string> text(const YAML::Node& node, std::string_view path) const {
-    if (!node.IsScalar()) return fail(node, path, "must be a single value");
-    return node.Scalar();
-  }
+  using YamlReader::YamlReader;
 
   // One text or a list of texts.
   Result<std::vector<std::string>> texts(const YAML::Node& node, std::string_view path) const {
     if (node.IsScalar()) return std::vector<std::string>{node.Scalar()};
-    if (!node.IsSequence()) return fail(node, path, "must be a text or a list of texts");
-    std::vector<std::string> values;
-    for (size_t i = 0; i < node.size(); ++i) {
-      ASSIGN_OR_RETURN(auto value, text(node[i], fmt::format("{}[{}]", path, i)));
-      values.push_back(std::move(value));
-    }
-    return values;
+    return scalar_list(node, path);
   }
-
-  Result<int64_t> integer(const YAML::Node& node, std::string_view path, int64_t min,
-                          int64_t max) const {
-    ASSIGN_OR_RETURN(auto value_text, text(node, path));
-    int64_t value = 0;
-    auto [end, ec] =
-        std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
-    if (ec != std::errc() || end != value_text.data() + value_text.size() || value < min ||
-        value > max) {
-      return fail(node, path, "'{}' is not a whole number from {} to {}", value_text, min, max);
-    }
-    return value;
-  }
-
-  Result<bool> boolean(const YAML::Node& node, std::string_view path) const {
-    ASSIGN_OR_RETURN(auto value, text(node, path));
-    if (value == "true") return true;
-    if (value == "false") return false;
-    return fail(node, path, "'{}' is not true or false", value);
-  }
-
-  Result<Duration> duration(const YAML::Node& node, std::string_view path) const {
-    ASSIGN_OR_RETURN(auto value, text(node, path));
-    auto parsed = parse_duration(value);
-    if (!parsed) return fail(node, path, "{}", parsed.error().message);
-    return *parsed;
-  }
-
- private:
-  std::string source_;
 };
 
 // YAML as JSON: quoted scalars stay strings; plain ones become numbers, booleans or null when
@@ -152,10 +90,10 @@ Result<Condition> parse_condition(const Reader& read, const YAML::Node& node,
 Result<Reply> parse_reply(const Reader& read, const YAML::Node& node, const std::string& path) {
   Reply reply;
   if (auto value = node["content"]) {
-    ASSIGN_OR_RETURN(reply.content, read.text(value, path + ".content"));
+    ASSIGN_OR_RETURN(reply.content, read.scalar(value, path + ".content"));
   }
   if (auto value = node["finish_reason"]) {
-    ASSIGN_OR_RETURN(reply.finish_reason, read.text(value, path + ".finish_reason"));
+    ASSIGN_OR_RETURN(reply.finish_reason, read.scalar(value, path + ".finish_reason"));
   }
   if (auto calls = node["tool_calls"]) {
     if (!calls.IsSequence()) return read.fail(calls, path + ".tool_calls", "must be a list");
@@ -166,11 +104,11 @@ Result<Reply> parse_reply(const Reader& read, const YAML::Node& node, const std:
           read.check_map(call, call_path, {"id", "name", "arguments", "arguments_text"}));
       ScriptedToolCall tool_call;
       if (auto id = call["id"]) {
-        ASSIGN_OR_RETURN(tool_call.id, read.text(id, call_path + ".id"));
+        ASSIGN_OR_RETURN(tool_call.id, read.scalar(id, call_path + ".id"));
       }
       auto name = call["name"];
       if (!name) return read.fail(call, call_path, "needs a name");
-      ASSIGN_OR_RETURN(tool_call.name, read.text(name, call_path + ".name"));
+      ASSIGN_OR_RETURN(tool_call.name, read.scalar(name, call_path + ".name"));
       auto arguments = call["arguments"];
       auto arguments_text = call["arguments_text"];
       if (arguments && arguments_text) {
@@ -178,7 +116,7 @@ Result<Reply> parse_reply(const Reader& read, const YAML::Node& node, const std:
       }
       if (arguments_text) {
         ASSIGN_OR_RETURN(tool_call.arguments,
-                         read.text(arguments_text, call_path + ".arguments_text"));
+                         read.scalar(arguments_text, call_path + ".arguments_text"));
       } else {
         tool_call.arguments = arguments ? to_json(arguments).dump() : "{}";
       }
@@ -193,20 +131,20 @@ Result<Fault> parse_fault(const Reader& read, const YAML::Node& node, const std:
       read.check_map(node, path, {"status", "retry_after", "message", "disconnect", "times"}));
   Fault fault;
   if (auto value = node["status"]) {
-    ASSIGN_OR_RETURN(auto status, read.integer(value, path + ".status", 400, 599));
+    ASSIGN_OR_RETURN(auto status, read.whole_number(value, path + ".status", 400, 599));
     fault.status = static_cast<int>(status);
   }
   if (auto value = node["retry_after"]) {
-    ASSIGN_OR_RETURN(fault.retry_after, read.text(value, path + ".retry_after"));
+    ASSIGN_OR_RETURN(fault.retry_after, read.scalar(value, path + ".retry_after"));
   }
   if (auto value = node["message"]) {
-    ASSIGN_OR_RETURN(fault.message, read.text(value, path + ".message"));
+    ASSIGN_OR_RETURN(fault.message, read.scalar(value, path + ".message"));
   }
   if (auto value = node["disconnect"]) {
     ASSIGN_OR_RETURN(fault.disconnect, read.boolean(value, path + ".disconnect"));
   }
   if (auto value = node["times"]) {
-    ASSIGN_OR_RETURN(auto times, read.integer(value, path + ".times", 1, 1'000'000));
+    ASSIGN_OR_RETURN(auto times, read.whole_number(value, path + ".times", 1, 1'000'000));
     fault.times = static_cast<int>(times);
   }
   if ((fault.status == 0) == !fault.disconnect) {
@@ -218,6 +156,9 @@ Result<Fault> parse_fault(const Reader& read, const YAML::Node& node, const std:
 }
 
 Result<Step> parse_step(const Reader& read, const YAML::Node& node, const std::string& path) {
+  if (node.IsNull()) {
+    return read.fail(node, path, "is empty: give content, tool_calls, choose or fail");
+  }
   RETURN_IF_ERROR(
       read.check_map(node, path,
                      {"content", "tool_calls", "finish_reason", "expect", "choose", "otherwise",
@@ -271,7 +212,7 @@ Result<Step> parse_step(const Reader& read, const YAML::Node& node, const std::s
     ASSIGN_OR_RETURN(step.stall, read.boolean(value, path + ".stall"));
   }
   if (auto value = node["chunk_size"]) {
-    ASSIGN_OR_RETURN(auto size, read.integer(value, path + ".chunk_size", 1, 1'000'000));
+    ASSIGN_OR_RETURN(auto size, read.whole_number(value, path + ".chunk_size", 1, 1'000'000));
     step.chunk_size = static_cast<size_t>(size);
   }
   return step;
@@ -361,21 +302,15 @@ std::string Condition::failure(const Conversation& conversation) const {
 
 Result<Scenario> parse_scenario(std::string_view yaml, std::string_view source,
                                 std::string_view name) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& error) {
-    return make_error(ErrorCode::kInvalidArgument, "{}:{}: not valid YAML: {}", source,
-                      error.mark.line + 1, error.msg);
-  }
   Reader read(source);
+  ASSIGN_OR_RETURN(auto root, read.load(yaml));
   Scenario scenario;
   scenario.name = std::string(name);
   scenario.source = std::string(source);
   try {
     RETURN_IF_ERROR(read.check_map(root, "scenario", {"description", "steps"}));
     if (auto description = root["description"]) {
-      ASSIGN_OR_RETURN(scenario.description, read.text(description, "description"));
+      ASSIGN_OR_RETURN(scenario.description, read.scalar(description, "description"));
     }
     auto steps = root["steps"];
     if (!steps || !steps.IsSequence() || steps.size() == 0) {

@@ -1,0 +1,72 @@
+#include "config/yaml_reader.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace quarry {
+
+Result<YAML::Node> YamlReader::load(std::string_view text) const {
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& error) {
+    return make_error(ErrorCode::kInvalidArgument, "{}:{}:{}: not valid YAML: {}", source_,
+                      error.mark.line + 1, error.mark.column + 1, error.msg);
+  }
+}
+
+Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path,
+                                   std::initializer_list<std::string_view> known) const {
+  if (node.IsNull()) return {};
+  if (!node.IsMap()) return fail(node, path, "must be a mapping of keys to values");
+  for (const auto& entry : node) {
+    auto key = entry.first.as<std::string>();
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string child = path.empty() ? key : fmt::format("{}.{}", path, key);
+      return fail(entry.first, child, "unknown key (known keys here: {})", fmt::join(known, ", "));
+    }
+  }
+  return {};
+}
+
+Result<std::string> YamlReader::scalar(const YAML::Node& node, std::string_view path) const {
+  if (!node.IsScalar()) return fail(node, path, "must be a single value");
+  return node.Scalar();
+}
+
+Result<std::vector<std::string>> YamlReader::scalar_list(const YAML::Node& node,
+                                                         std::string_view path) const {
+  if (!node.IsSequence()) return fail(node, path, "must be a list, e.g. [a, b]");
+  std::vector<std::string> values;
+  for (size_t i = 0; i < node.size(); ++i) {
+    ASSIGN_OR_RETURN(auto value, scalar(node[i], fmt::format("{}[{}]", path, i)));
+    values.push_back(std::move(value));
+  }
+  return values;
+}
+
+Result<bool> YamlReader::boolean(const YAML::Node& node, std::string_view path) const {
+  ASSIGN_OR_RETURN(auto text, scalar(node, path));
+  if (text == "true") return true;
+  if (text == "false") return false;
+  return fail(node, path, "'{}' must be true or false", text);
+}
+
+Result<double> YamlReader::number(const YAML::Node& node, std::string_view path) const {
+  ASSIGN_OR_RETURN(auto text, scalar(node, path));
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return fail(node, path, "'{}' is not a number", text);
+  }
+  return value;
+}
+
+Result<Duration> YamlReader::duration(const YAML::Node& node, std::string_view path) const {
+  ASSIGN_OR_RETURN(auto text, scalar(node, path));
+  auto value = parse_duration(text);
+  if (!value) return fail(node, path, "{}", value.error().message);
+  return *value;
+}
+
+}  // namespace quarry
