@@ -1,19 +1,105 @@
 #include "data/statement.h"
 
+#include <algorithm>
+#include <cctype>
 #include <string>
 
 namespace quarry::data {
 
-std::string_view trim_statement(std::string_view sql) {
-  constexpr std::string_view kSpace = " \t\r\n\f\v";
-  while (true) {
-    const size_t start = sql.find_first_not_of(kSpace);
-    if (start == std::string_view::npos) return {};
-    sql.remove_prefix(start);
-    sql.remove_suffix(sql.size() - sql.find_last_not_of(kSpace) - 1);
-    if (!sql.ends_with(';')) return sql;
-    sql.remove_suffix(1);
+namespace {
+
+bool is_space(char c) {
+  return std::string_view(" \t\r\n\f\v").find(c) != std::string_view::npos;
+}
+
+bool is_identifier_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' ||
+         static_cast<unsigned char>(c) >= 0x80;
+}
+
+// The length of a $tag$ opening a dollar-quoted string at `sql[at]`, or 0 if there is none
+// ($1 is a parameter, a$b an identifier).
+size_t dollar_tag_length(std::string_view sql, size_t at) {
+  if (at > 0 && is_identifier_char(sql[at - 1])) return 0;
+  size_t i = at + 1;
+  if (i < sql.size() && std::isdigit(static_cast<unsigned char>(sql[i]))) return 0;
+  while (i < sql.size() && sql[i] != '$') {
+    if (!is_identifier_char(sql[i])) return 0;
+    ++i;
   }
+  return i < sql.size() ? i - at + 1 : 0;
+}
+
+// The position just past the string, quoted identifier or comment starting at `sql[at]`, or
+// `at` if none starts there. An unterminated one runs to the end.
+size_t skip_quoted(std::string_view sql, size_t at) {
+  const char c = sql[at];
+  const char next = at + 1 < sql.size() ? sql[at + 1] : '\0';
+  if (c == '-' && next == '-') {
+    const size_t newline = sql.find('\n', at);
+    return newline == std::string_view::npos ? sql.size() : newline + 1;
+  }
+  if (c == '/' && next == '*') {  // block comments nest in PostgreSQL
+    int depth = 0;
+    for (size_t i = at; i + 1 < sql.size(); ++i) {
+      if (sql[i] == '/' && sql[i + 1] == '*') {
+        ++depth;
+        ++i;
+      } else if (sql[i] == '*' && sql[i + 1] == '/') {
+        ++i;
+        if (--depth == 0) return i + 1;
+      }
+    }
+    return sql.size();
+  }
+  if (c == '\'' || c == '"') {
+    const bool escapes = c == '\'' && at > 0 && (sql[at - 1] == 'E' || sql[at - 1] == 'e');
+    for (size_t i = at + 1; i < sql.size(); ++i) {
+      if (escapes && sql[i] == '\\') {
+        ++i;
+      } else if (sql[i] == c) {
+        if (i + 1 < sql.size() && sql[i + 1] == c) {
+          ++i;  // a doubled quote stands for itself
+        } else {
+          return i + 1;
+        }
+      }
+    }
+    return sql.size();
+  }
+  if (c == '$') {
+    if (const size_t length = dollar_tag_length(sql, at); length > 0) {
+      const size_t close = sql.find(sql.substr(at, length), at + length);
+      return close == std::string_view::npos ? sql.size() : close + length;
+    }
+  }
+  return at;
+}
+
+bool is_comment(std::string_view sql, size_t at) {
+  return sql.substr(at, 2) == "--" || sql.substr(at, 2) == "/*";
+}
+
+}  // namespace
+
+std::string_view trim_statement(std::string_view sql) {
+  size_t start = std::string_view::npos;
+  size_t end = 0;  // just past the statement's last token
+  for (size_t i = 0; i < sql.size();) {
+    if (is_space(sql[i]) || sql[i] == ';') {
+      ++i;
+      continue;
+    }
+    const bool comment = is_comment(sql, i);
+    const size_t after = std::max(skip_quoted(sql, i), i + 1);
+    if (!comment) {
+      if (start == std::string_view::npos) start = i;
+      end = after;
+    }
+    i = after;
+  }
+  if (start == std::string_view::npos) return {};
+  return sql.substr(start, end - start);
 }
 
 Error database_error(Error error, Duration statement_timeout, std::string_view tool) {

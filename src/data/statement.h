@@ -20,7 +20,9 @@ struct ColumnDescription {
   std::string sql_type;        // format_type(): "numeric(12,2)", "text[]", ...
 };
 
-// Strips whitespace and trailing ';' so the statement can be wrapped in a subquery.
+// The statement without the white space, ';' and comments around it, so it can be wrapped in a
+// subquery: "SELECT 1; -- done" gives "SELECT 1". Strings, quoted identifiers, dollar quotes
+// and comments are skipped whole, so a ';' or "--" inside them stays. Empty if nothing is left.
 std::string_view trim_statement(std::string_view sql);
 
 // The name of the prepared statement describe_query leaves on the connection.

@@ -96,6 +96,16 @@ TEST_F(ExportTest, CutsAtExportMaxRowsAndSaysSo) {
   EXPECT_FALSE(exact->truncated);
 }
 
+TEST_F(ExportTest, TakesTheQueryWithCommentsAndSemicolonsAround) {
+  auto summary = export_parquet(reader(),
+                                "-- the first ten\nSELECT n FROM numbers /* ordered */ ORDER BY n "
+                                "LIMIT 10; -- done",
+                                file_, options());
+  ASSERT_TRUE(summary) << summary.error().message;
+  EXPECT_EQ(summary->rows, 10u);
+  EXPECT_EQ(read_back()->num_rows(), 10);
+}
+
 TEST_F(ExportTest, AnEmptyResultIsAFileWithTheSchema) {
   auto summary = export_parquet(reader(), "SELECT * FROM round_trip WHERE false", file_, options());
   ASSERT_TRUE(summary) << summary.error().message;
