@@ -145,8 +145,19 @@ class AgentScenarioTest : public ::testing::Test {
     return turn;
   }
 
+  // The turn's executions as recorded, each also printed with its metering: the figures the
+  // reference cases are judged by.
   std::vector<ExecRecord> execs(const std::string& conversation) {
-    return *history_->execs(conversation);
+    auto records = *history_->execs(conversation);
+    for (const auto& record : records) {
+      const auto& r = record.result;
+      fmt::print(
+          "  exec {}: exit {}, run {:.0f} ms, cpu {:.0f} ms, peak {} MiB of {} MiB, "
+          "overhead {:.2f} ms{}\n",
+          record.id, r.exit_code, r.run_ms, r.cpu_ms, r.peak_memory_bytes >> 20,
+          r.memory_limit_bytes >> 20, r.overhead_ms, r.oom ? ", OOM" : "");
+    }
+    return records;
   }
 
   static inline std::unique_ptr<ScriptedModelServer> model_server_;
