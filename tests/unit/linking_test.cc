@@ -21,8 +21,7 @@ std::string library_of(void* function) {
 TEST(Linking, OpenSslCallsGoToTheSystemLibraries) {
   // This binary links Arrow (through the data room), so the question is real here.
   ASSERT_NE(reinterpret_cast<void*>(&data::export_parquet), nullptr);
-  EXPECT_NE(library_of(reinterpret_cast<void*>(&SSL_CTX_new)).find("libssl.so"),
-            std::string::npos)
+  EXPECT_NE(library_of(reinterpret_cast<void*>(&SSL_CTX_new)).find("libssl.so"), std::string::npos)
       << library_of(reinterpret_cast<void*>(&SSL_CTX_new));
   EXPECT_NE(library_of(reinterpret_cast<void*>(&EVP_sha256)).find("libcrypto.so"),
             std::string::npos)
