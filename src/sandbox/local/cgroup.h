@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
+#include "sandbox/local/protocol.h"
 
 namespace quarry::sandbox::local {
 
@@ -30,16 +31,6 @@ struct CgroupLimits {
 };
 
 // Per-exec measurements read from the exec's own cgroup.
-// A cgroup filesystem that init mounts read-only inside the sandbox (in its cgroup namespace,
-// so it shows the sandbox's own subtree): programs there, such as DuckDB and Rust's
-// available_parallelism, read their memory and CPU limits from it.
-struct SandboxCgroupMount {
-  std::string type;                  // "cgroup" or "cgroup2"
-  std::string options;               // v1: the hierarchy's controllers, e.g. "cpu,cpuacct"
-  std::string target;                // e.g. /sys/fs/cgroup/memory
-  std::vector<std::string> aliases;  // symlinks beside target, e.g. cpu -> cpu,cpuacct
-};
-
 struct ExecCounters {
   uint64_t peak_memory_bytes = 0;
   uint64_t cpu_usage_ns = 0;
@@ -79,7 +70,7 @@ class CgroupDriver {
   // Memory charged to the sandbox now (its processes, page cache and kernel objects).
   virtual Result<uint64_t> memory_usage(std::string_view sandbox) const = 0;
   // What init should mount at /sys/fs/cgroup inside the sandbox.
-  virtual std::vector<SandboxCgroupMount> sandbox_mounts() const = 0;
+  virtual std::vector<protocol::CgroupMount> sandbox_mounts() const = 0;
 };
 
 // A cgroup filesystem mount, as read from /proc/self/mountinfo.

@@ -121,14 +121,14 @@ class CgroupV1 final : public CgroupDriver {
     return cgroup_files::read_number(roots_.memory / parent_ / sandbox / "memory.usage_in_bytes");
   }
 
-  std::vector<SandboxCgroupMount> sandbox_mounts() const override {
+  std::vector<protocol::CgroupMount> sandbox_mounts() const override {
     // The hierarchies that hold the limits programs look for: memory and cpu.
-    std::vector<SandboxCgroupMount> mounts;
+    std::vector<protocol::CgroupMount> mounts;
     for (const auto& root : {roots_.memory, roots_.cpu}) {
       auto found = roots_.controllers.find(root);
       if (found == roots_.controllers.end()) continue;
       std::string name = fmt::format("{}", fmt::join(found->second, ","));
-      SandboxCgroupMount mount{"cgroup", name, "/sys/fs/cgroup/" + name, {}};
+      protocol::CgroupMount mount{"cgroup", name, "/sys/fs/cgroup/" + name, {}};
       for (const auto& controller : found->second) {
         if (controller != name) mount.aliases.push_back(controller);
       }

@@ -87,7 +87,7 @@ class CgroupV2 final : public CgroupDriver {
     return cgroup_files::read_number(sandbox_dir(sandbox) / "memory.current");
   }
 
-  std::vector<SandboxCgroupMount> sandbox_mounts() const override {
+  std::vector<protocol::CgroupMount> sandbox_mounts() const override {
     return {{"cgroup2", "", "/sys/fs/cgroup", {}}};
   }
 

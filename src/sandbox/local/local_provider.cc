@@ -27,6 +27,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The limits a sandbox's cgroups, and each exec's, carry.
+CgroupLimits cgroup_limits(const ResourceLimits& resources) {
+  return {resources.memory_bytes, resources.cpus, resources.pids};
+}
+
 constexpr auto kSetupTimeout = std::chrono::seconds(10);
 constexpr uint64_t kMaxListedFiles = 10000;
 
@@ -227,8 +232,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
     }
   } rollback{this, id, created};
 
-  RETURN_IF_ERROR(cgroups_->create_sandbox(
-      id, CgroupLimits{spec.resources.memory_bytes, spec.resources.cpus, spec.resources.pids}));
+  RETURN_IF_ERROR(cgroups_->create_sandbox(id, cgroup_limits(spec.resources)));
 
   auto sandbox_dir = state_.sandbox_dir(id);
   auto root_dir = sandbox_dir / "root";
@@ -257,9 +261,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   setup.directories = {config_.data_dir, config_.output_dir};
   setup.seccomp_filter = seccomp_;
   setup.max_processes = spec.resources.pids;
-  for (const auto& mount : cgroups_->sandbox_mounts()) {
-    setup.cgroup_mounts.push_back({mount.type, mount.options, mount.target, mount.aliases});
-  }
+  setup.cgroup_mounts = cgroups_->sandbox_mounts();
   for (const auto& path : {setup.lower_dir, setup.upper_dir, setup.work_dir}) {
     if (path.find_first_of(",:") != std::string::npos) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -355,10 +357,8 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
   // Each exec gets its own cgroup under the sandbox: its peak memory, OOM kills and CPU time
   // are its own, and killing it on timeout kills everything it started.
   const std::string exec_name = fmt::format("exec-{}-{}", ::getpid(), exec_counter_++);
-  const auto& resources = sandbox.record.resources;
   ASSIGN_OR_RETURN(auto procs,
-                   cgroups_->create_exec(id, exec_name,
-                                         {resources.memory_bytes, resources.cpus, resources.pids}));
+                   cgroups_->create_exec(id, exec_name, cgroup_limits(sandbox.record.resources)));
   struct RemoveExec {
     CgroupDriver& cgroups;
     std::string_view sandbox;

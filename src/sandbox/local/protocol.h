@@ -37,12 +37,14 @@ Result<void> send(int socket, const nlohmann::json& body, std::span<const int> f
 // Receives one frame. A peer that closed cleanly before a new frame gives kUnavailable.
 Result<Message> receive(int socket);
 
-// A cgroup filesystem to mount read-only inside (see SandboxCgroupMount in cgroup.h).
+// A cgroup filesystem that init mounts read-only inside the sandbox (in its cgroup namespace,
+// so it shows the sandbox's own subtree): programs there, such as DuckDB and Rust's
+// available_parallelism, read their memory and CPU limits from it.
 struct CgroupMount {
-  std::string type;
-  std::string options;
-  std::string target;
-  std::vector<std::string> aliases;
+  std::string type;                  // "cgroup" or "cgroup2"
+  std::string options;               // v1: the hierarchy's controllers, e.g. "cpu,cpuacct"
+  std::string target;                // e.g. /sys/fs/cgroup/memory
+  std::vector<std::string> aliases;  // symlinks beside target, e.g. cpu -> cpu,cpuacct
 };
 
 // The setup message: everything init needs to build the sandbox.
