@@ -3,21 +3,15 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <random>
 #include <sstream>
 
+#include "common/random_id.h"
 #include "common/units.h"
 
 namespace quarry::conversation {
 namespace {
 
 using enum SandboxLifecycle;
-
-std::string random_id() {
-  std::random_device random;
-  uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
-  return fmt::format("{:012x}", bits & 0xffffffffffffULL);
-}
 
 SandboxLifecycle state_of(const SandboxReference& reference) {
   // A reference written by a newer quarry, or damaged: treat its sandbox as gone.

@@ -6,9 +6,9 @@
 
 #include <array>
 #include <fstream>
-#include <random>
 
 #include "common/file_util.h"
+#include "common/random_id.h"
 #include "common/unique_fd.h"
 
 namespace quarry::conversation {
@@ -158,12 +158,6 @@ class Statement {
   sqlite3_stmt* statement_ = nullptr;
   int rc_ = SQLITE_OK;
 };
-
-std::string new_id() {
-  std::random_device random;
-  uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
-  return fmt::format("{:012x}", bits & 0xffffffffffffULL);
-}
 
 // flock on a file per conversation: works across processes, and the kernel releases it when
 // the holder dies, so a crashed turn never leaves its conversation locked.
@@ -331,7 +325,7 @@ Result<std::unique_ptr<TurnLock>> SqliteHistoryStore::try_lock_turn(
 
 Result<Conversation> SqliteHistoryStore::create_conversation(std::string_view title) {
   std::lock_guard lock(mutex_);
-  Conversation conversation{new_id(), std::string(title), 0, clock_.now(), clock_.now()};
+  Conversation conversation{random_id(), std::string(title), 0, clock_.now(), clock_.now()};
   Statement insert(db_,
                    "INSERT INTO conversations (id, title, turns, created_at, updated_at) "
                    "VALUES (?, ?, 0, ?, ?)");

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/random_id.h"
 #include "sandbox/local/files.h"
 #include "sandbox/local/protocol.h"
 #include "sandbox/local/seccomp_filter.h"
@@ -204,7 +205,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   std::string id;
   std::optional<SandboxDirectory> directory;
   for (int attempt = 0; !directory; ++attempt) {
-    id = new_sandbox_id();
+    id = random_id();
     auto made = volume->create(id, spec.resources.disk_bytes, kSandboxIdBase);
     if (made) {
       directory = std::move(*made);

@@ -1,7 +1,6 @@
 #include "sandbox/local/state.h"
 
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "common/file_util.h"
 
@@ -59,12 +58,6 @@ bool valid_sandbox_id(std::string_view id) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
-}
-
-std::string new_sandbox_id() {
-  std::random_device random;
-  uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
-  return fmt::format("{:012x}", bits & 0xffffffffffffULL);
 }
 
 StateStore::StateStore(std::filesystem::path state_dir)

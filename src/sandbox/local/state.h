@@ -54,7 +54,5 @@ class StateStore {
 
 // Sandbox ids are 12 lowercase hex digits; anything else is refused before touching disk.
 bool valid_sandbox_id(std::string_view id);
-// A fresh random id.
-std::string new_sandbox_id();
 
 }  // namespace quarry::sandbox::local
