@@ -200,13 +200,8 @@ ToolResult Toolbox::export_query(const nlohmann::json& arguments, conversation::
   request.conninfo = environment_.database.reader;
   request.sql = arguments["sql"].get<std::string>();
   request.filename = arguments["filename"].get<std::string>();
-  request.options.max_rows = config.sandbox.export_max_rows;
-  request.options.statement_timeout = config.database.statement_timeout;
-  request.options.row_group_rows = config.database.export_row_group_rows;
+  request.options = data::export_options(config);
   request.temp_dir = environment_.state_dir / "tmp";
-  if (auto made = make_directories(request.temp_dir, 0700); !made) {
-    return failed(made.error().message);
-  }
   auto& sandbox = turn.sandbox();
   auto exported =
       data::export_to_sandbox(request, [&](std::string_view path, std::istream& content) {

@@ -22,14 +22,6 @@ std::function<void(uint64_t)> export_progress(Progress& progress) {
   };
 }
 
-data::ExportOptions export_options(const Config& config) {
-  data::ExportOptions options;
-  options.max_rows = config.sandbox.export_max_rows;
-  options.statement_timeout = config.database.statement_timeout;
-  options.row_group_rows = config.database.export_row_group_rows;
-  return options;
-}
-
 void print_export(const data::ExportSummary& summary, std::string_view where) {
   std::cout << fmt::format("{}: {} rows, {}, {:.0f} ms\n", where, summary.rows,
                            format_size(summary.bytes), summary.elapsed_ms);
@@ -162,7 +154,7 @@ std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, i
     auto target = data::resolve_database((*config)->database, context.state_dir());
     if (!target) return void(exit_code = report(target.error()));
     Progress progress("export", 0);
-    auto options = export_options(**config);
+    auto options = data::export_options(**config);
     options.on_progress = export_progress(progress);
     if (export_sandbox.empty()) {
       auto summary = export_to_host(target->reader, export_sql, export_file, options);
@@ -184,9 +176,6 @@ std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, i
     if (!provider) return void(exit_code = report(provider.error()));
     // The file waits for its upload on quarry's own disk, not in a /tmp that may be memory.
     const auto temp_dir = context.state_dir() / "tmp";
-    if (auto made = make_directories(temp_dir, 0700); !made) {
-      return void(exit_code = report(made.error()));
-    }
     auto upload = data::upload_to(**provider, export_sandbox);
     if (!upload) return void(exit_code = report(upload.error()));
     data::SandboxExportRequest request{

@@ -16,7 +16,8 @@ namespace {
 
 constexpr size_t kKeptOutput = 64 * 1024;
 
-// The last `lines` lines of `output`, for error messages.
+}  // namespace
+
 std::string tail_lines(std::string_view output, size_t lines) {
   size_t end = output.size();
   if (end > 0 && output[end - 1] == '\n') --end;
@@ -29,8 +30,6 @@ std::string tail_lines(std::string_view output, size_t lines) {
   }
   return std::string(output.substr(start == 0 ? 0 : start + 1, end - (start == 0 ? 0 : start + 1)));
 }
-
-}  // namespace
 
 std::optional<std::filesystem::path> find_program(std::string_view program) {
   if (program.find('/') != std::string_view::npos) return std::filesystem::path(program);

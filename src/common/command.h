@@ -33,4 +33,7 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv,
 // Returns the full path of `program` if it is found in PATH.
 std::optional<std::filesystem::path> find_program(std::string_view program);
 
+// The last `lines` lines of `output` without its final newline, for error messages.
+std::string tail_lines(std::string_view output, size_t lines);
+
 }  // namespace quarry

@@ -94,6 +94,14 @@ Result<void> check_unique_names(const std::vector<ColumnDescription>& columns) {
 
 }  // namespace
 
+ExportOptions export_options(const Config& config) {
+  ExportOptions options;
+  options.max_rows = config.sandbox.export_max_rows;
+  options.statement_timeout = config.database.statement_timeout;
+  options.row_group_rows = config.database.export_row_group_rows;
+  return options;
+}
+
 Result<ExportSummary> export_parquet(const std::string& conninfo, std::string_view sql,
                                      const std::filesystem::path& file,
                                      const ExportOptions& options) {

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/units.h"
+#include "config/config.h"
 
 namespace quarry::data {
 
@@ -21,6 +22,10 @@ struct ExportOptions {
   // Called after each row group with the rows written so far (for progress lines).
   std::function<void(uint64_t rows)> on_progress;
 };
+
+// The options config.yml sets: sandbox.export_max_rows, database.statement_timeout and
+// database.export_row_group_rows.
+ExportOptions export_options(const Config& config);
 
 struct ExportedColumn {
   std::string name;

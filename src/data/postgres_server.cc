@@ -99,15 +99,6 @@ Result<void> chown_to(const std::filesystem::path& path, const passwd& user) {
   return {};
 }
 
-std::string last_lines(std::string_view text, int count) {
-  size_t start = text.size();
-  while (count-- > 0 && start > 1) {
-    const size_t newline = text.rfind('\n', start - 2);
-    start = newline == std::string_view::npos ? 0 : newline + 1;
-  }
-  return std::string(text.substr(start));
-}
-
 Result<passwd> server_user() {
   const passwd* user = ::getpwnam(std::string(kServerUser).c_str());
   if (!user) {
@@ -212,14 +203,14 @@ Result<void> PostgresServer::start() {
   if (started) return {};
   // pg_ctl only says "could not start server"; the reason is at the end of the server's log.
   std::string reason;
-  if (auto log = read_file(log_file())) reason = last_lines(*log, 6);
+  if (auto log = read_file(log_file())) reason = tail_lines(*log, 6);
   std::string hint;
   if (reason.find("Address already in use") != std::string::npos) {
     hint = fmt::format(" Port {} is taken by another program: choose another with database.port.",
                        port_);
   }
   return make_error(ErrorCode::kUnavailable,
-                    "starting PostgreSQL on port {} failed; the end of {}:\n{}{}", port_,
+                    "starting PostgreSQL on port {} failed; the end of {}:\n{}\n{}", port_,
                     log_file().string(), reason, hint);
 }
 

@@ -31,14 +31,13 @@ Result<QueryResult> query_database(const std::string& conninfo, std::string_view
                       PQerrorMessage(connection.get()));
   }
   std::optional<Error> failure;
-  bool cancelled = false;
   while (PgResult row{PQgetResult(connection.get())}) {
     const auto status = PQresultStatus(row.get());
     if (status == PGRES_SINGLE_TUPLE) {
       if (result.rows.size() == options.max_rows) {
+        // One row past the cap: the answer is cut, and the rest need not be sent.
+        if (!result.truncated) connection.cancel();
         result.truncated = true;
-        if (!cancelled) connection.cancel();
-        cancelled = true;
         continue;
       }
       auto& values = result.rows.emplace_back();
@@ -50,7 +49,7 @@ Result<QueryResult> query_database(const std::string& conninfo, std::string_view
                                           PQgetlength(row.get(), 0, column_idx)));
         }
       }
-    } else if (status != PGRES_TUPLES_OK && !cancelled && !failure) {
+    } else if (status != PGRES_TUPLES_OK && !result.truncated && !failure) {
       failure = error_from_result(row.get());
     }
   }

@@ -5,6 +5,8 @@
 
 #include <fstream>
 
+#include "common/file_util.h"
+
 namespace quarry::data {
 namespace {
 
@@ -83,6 +85,7 @@ Result<Upload> upload_to(sandbox::SandboxProvider& provider, std::string id) {
 
 Result<SandboxExport> export_to_sandbox(const SandboxExportRequest& request, const Upload& upload) {
   RETURN_IF_ERROR(validate_export_filename(request.filename));
+  RETURN_IF_ERROR(make_directories(request.temp_dir, 0700));
   ASSIGN_OR_RETURN(auto temp, TempFile::create(request.temp_dir));
   SandboxExport result;
   ASSIGN_OR_RETURN(result.summary,

@@ -30,7 +30,7 @@ struct SandboxExportRequest {
   std::string sql;
   std::string filename;
   ExportOptions options;
-  std::filesystem::path temp_dir;  // where the file is written before upload
+  std::filesystem::path temp_dir;  // where the file is written before upload; made if missing
 };
 
 struct SandboxExport {
