@@ -27,8 +27,6 @@ using TextHandler = std::function<void(std::string_view)>;
 constexpr Duration kMaxRetryAfter = std::chrono::seconds(60);
 // Error bodies are kept only this long (their message is all that matters).
 constexpr size_t kMaxErrorBody = 64 * 1024;
-// A complete JSON answer (a server that ignores "stream") may be this long.
-constexpr size_t kMaxJsonBody = 64 * 1024 * 1024;
 
 // One failed attempt, and whether trying again may help.
 struct Failure {
@@ -137,7 +135,9 @@ class OpenAiCompatibleClient final : public ModelClient {
                    : Kind::kJson;
       }
       if (kind != Kind::kEvents) {
-        const size_t limit = kind == Kind::kError ? kMaxErrorBody : kMaxJsonBody;
+        // A complete JSON answer (a server that ignores "stream") is held whole, up to the
+        // HTTP client's body limit.
+        const size_t limit = kind == Kind::kError ? kMaxErrorBody : http_.options().max_body_bytes;
         if (collected.size() + piece.size() > limit) {
           if (kind == Kind::kJson) {
             return make_error(ErrorCode::kInternal, "{} sent an answer larger than {}",
@@ -193,10 +193,6 @@ class OpenAiCompatibleClient final : public ModelClient {
       Error error = std::move(answer).error().with_context(base_url_.to_string());
       const bool retryable = error.code == ErrorCode::kUnavailable;
       return std::unexpected(Failure{.error = std::move(error), .retryable = retryable});
-    }
-    for (size_t i = 0; i < answer->message.tool_calls.size(); ++i) {
-      auto& call = answer->message.tool_calls[i];
-      if (call.id.empty()) call.id = fmt::format("call_{}", i);
     }
     if (!answer->message.content.empty()) text(answer->message.content);
     return std::move(*answer);

@@ -156,10 +156,18 @@ Result<ChatResponse> chat_response_from_json(const json& body) {
   ASSIGN_OR_RETURN(response.message,
                    with_context(message_from_json(*message), "the answer's message"));
   response.message.role = "assistant";
+  name_unnamed_tool_calls(response.message);
   response.finish_reason = string_or_empty(choice, "finish_reason");
   if (auto usage = body.find("usage"); usage != body.end())
     response.usage = usage_from_json(*usage);
   return response;
+}
+
+void name_unnamed_tool_calls(ChatMessage& message) {
+  for (size_t i = 0; i < message.tool_calls.size(); ++i) {
+    auto& call = message.tool_calls[i];
+    if (call.id.empty()) call.id = fmt::format("call_{}", i);
+  }
 }
 
 std::string error_message_from_body(std::string_view body) {

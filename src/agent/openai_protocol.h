@@ -32,8 +32,12 @@ nlohmann::json chat_request_json(const ChatRequest& request, const RequestOption
 Usage usage_from_json(const nlohmann::json& usage);
 
 // A complete "chat.completion" object (a request with "stream": false, or a server that
-// ignored "stream": true).
+// ignored "stream": true). Tool calls without an id are named (name_unnamed_tool_calls).
 Result<ChatResponse> chat_response_from_json(const nlohmann::json& json);
+
+// Gives a tool call the server sent without an id (some local servers do) the id "call_<i>",
+// so its result can refer to it.
+void name_unnamed_tool_calls(ChatMessage& message);
 
 // The human part of an error body: {"error": {"message": ...}} (OpenAI, vLLM, llama.cpp),
 // {"error": "..."} (Ollama), {"detail": ...} or {"message": ...}; else the body's text,

@@ -45,12 +45,12 @@ Result<std::vector<SseEvent>> SseParser::feed(std::string_view bytes) {
 
 void SseParser::take_line(std::string_view line, std::vector<SseEvent>& events) {
   if (line.empty()) {
-    if (has_data_) {
-      if (!event_.data.empty() && event_.data.back() == '\n') event_.data.pop_back();
+    // Every data line added its text and a '\n', so an event with data is not empty.
+    if (!event_.data.empty()) {
+      event_.data.pop_back();
       events.push_back(std::move(event_));
     }
     event_ = SseEvent{};
-    has_data_ = false;
     return;
   }
   if (line.front() == ':') return;  // a comment, e.g. a keep-alive
@@ -64,7 +64,6 @@ void SseParser::take_line(std::string_view line, std::vector<SseEvent>& events) 
   if (field == "data") {
     event_.data.append(value);
     event_.data.push_back('\n');
-    has_data_ = true;
   } else if (field == "event") {
     event_.event = std::string(value);
   }

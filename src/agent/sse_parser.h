@@ -30,7 +30,6 @@ class SseParser {
   bool after_cr_ = false;  // the last byte was '\r', so a '\n' right after it ends nothing
   bool started_ = false;   // past a possible byte order mark
   SseEvent event_;
-  bool has_data_ = false;
 };
 
 }  // namespace quarry::agent

@@ -88,10 +88,7 @@ Result<void> StreamAssembler::add_tool_call_delta(const json& delta) {
 ChatResponse StreamAssembler::take() {
   ChatResponse response = response_;
   response.message.role = "assistant";
-  for (size_t i = 0; i < response.message.tool_calls.size(); ++i) {
-    auto& call = response.message.tool_calls[i];
-    if (call.id.empty()) call.id = fmt::format("call_{}", i);
-  }
+  name_unnamed_tool_calls(response.message);
   return response;
 }
 
