@@ -187,13 +187,17 @@ std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& 
     if (!history) return void(exit_code = report(history.error()));
     auto list = (*history)->conversations();
     if (!list) return void(exit_code = report(list.error()));
+    auto references = (*history)->sandbox_references();
+    if (!references) return void(exit_code = report(references.error()));
+    // One query for every conversation's sandbox; one without a row never had one ("new").
+    std::map<std::string, conversation::SandboxReference> sandbox_of(references->begin(),
+                                                                     references->end());
+    auto state_of = [&](const std::string& id) { return sandbox_of[id].state; };
     if (opts.ls_json) {
       nlohmann::json json = nlohmann::json::array();
       for (const auto& conversation : *list) {
         auto entry = to_json(conversation);
-        if (auto reference = (*history)->sandbox_reference(conversation.id)) {
-          entry["sandbox_state"] = reference->state;
-        }
+        entry["sandbox_state"] = state_of(conversation.id);
         json.push_back(std::move(entry));
       }
       std::cout << json.dump(2) << std::endl;
@@ -202,10 +206,8 @@ std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& 
     std::cout << fmt::format("{:<14}{:<7}{:<10}{:<21}{}\n", "ID", "TURNS", "SANDBOX", "UPDATED",
                              "TITLE");
     for (const auto& conversation : *list) {
-      auto reference = (*history)->sandbox_reference(conversation.id);
       std::cout << fmt::format("{:<14}{:<7}{:<10}{:<21}{}\n", conversation.id, conversation.turns,
-                               reference ? reference->state : "?",
-                               local_time(conversation.updated_at),
+                               state_of(conversation.id), local_time(conversation.updated_at),
                                one_line(conversation.title, 60));
     }
   });

@@ -81,7 +81,7 @@ Result<void> ConversationManager::record(std::string_view conversation_id, int t
   event.sandbox_id = std::string(sandbox_id);
   event.reason = std::string(reason);
   event.details = std::move(details);
-  ASSIGN_OR_RETURN(auto recorded, history_.record_event(conversation_id, std::move(event)));
+  RETURN_IF_ERROR(history_.record_event(conversation_id, std::move(event)));
   return {};
 }
 
@@ -124,10 +124,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
       return reference.sandbox_id;
     }
     // Killed, crashed or deleted behind our back: drop it, remove what is left of it.
-    RETURN_IF_ERROR(move(conversation, turn.number, reference, kDead, "found stopped"));
-    (void)provider_.destroy(reference.sandbox_id);
-    RETURN_IF_ERROR(
-        record(conversation, turn.number, "sandbox_deleted", reference.sandbox_id, "dead"));
+    RETURN_IF_ERROR(mark_dead(turn, "found stopped"));
     state = kDead;
   } else if (state == kStarting) {
     // A process died while creating it; whatever it made is not to be trusted.
@@ -172,11 +169,11 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   return reference.sandbox_id;
 }
 
-void ConversationManager::mark_dead(TurnContext& turn, std::string_view why) {
+Result<void> ConversationManager::mark_dead(TurnContext& turn, std::string_view why) {
   auto& reference = turn.reference;
-  if (!move(turn.conversation_id, turn.number, reference, kDead, why)) return;
+  RETURN_IF_ERROR(move(turn.conversation_id, turn.number, reference, kDead, why));
   (void)provider_.destroy(reference.sandbox_id);
-  (void)record(turn.conversation_id, turn.number, "sandbox_deleted", reference.sandbox_id, "dead");
+  return record(turn.conversation_id, turn.number, "sandbox_deleted", reference.sandbox_id, "dead");
 }
 
 void ConversationManager::end_turn(TurnContext& turn) {
@@ -286,7 +283,7 @@ Result<void> LazySandbox::write_file(std::string_view path, std::istream& conten
   ASSIGN_OR_RETURN(std::string id, manager_.acquire(turn_));
   auto written = manager_.provider_.write_file(id, path, content);
   if (!written) {
-    if (written.error().code == ErrorCode::kUnavailable) manager_.mark_dead(turn_, "stopped");
+    if (written.error().code == ErrorCode::kUnavailable) (void)manager_.mark_dead(turn_, "stopped");
     return written;
   }
   auto& files = turn_.reference.files;
@@ -309,7 +306,7 @@ Result<Execution> LazySandbox::execute(sandbox::ExecRequest request) {
   auto result = manager_.provider_.exec(id, request);
   if (!result) {
     if (result.error().code == ErrorCode::kUnavailable) {
-      manager_.mark_dead(turn_, "stopped during a command");
+      (void)manager_.mark_dead(turn_, "stopped during a command");
       return make_error(ErrorCode::kUnavailable,
                         "the sandbox stopped while running this command; the next command runs "
                         "in a new sandbox, without the files written so far");

@@ -72,8 +72,9 @@ class ConversationManager {
   // Makes sure the turn's conversation has a live sandbox, replacing a dead one, and marks it
   // busy. Returns its id.
   Result<std::string> acquire(TurnContext& turn);
-  // The sandbox stopped under a running command.
-  void mark_dead(TurnContext& turn, std::string_view why);
+  // The turn's sandbox stopped (found so, or under a command): moves the reference to dead,
+  // removes what is left of the sandbox and records sandbox_deleted.
+  Result<void> mark_dead(TurnContext& turn, std::string_view why);
   void end_turn(TurnContext& turn);
   // Records the transition and stores the new state.
   Result<void> move(std::string_view conversation_id, int turn, SandboxReference& reference,

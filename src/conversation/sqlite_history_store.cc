@@ -175,6 +175,20 @@ Role role_from(std::string_view text) {
   return Role::kUser;
 }
 
+// A sandbox reference is these columns, in this order, of sandbox_references.
+constexpr std::string_view kReferenceColumns = "state, sandbox_id, last_used_at, files";
+
+// The reference whose kReferenceColumns start at column `first` of `row`.
+SandboxReference reference_from(const Statement& row, int first) {
+  SandboxReference reference;
+  reference.state = row.text(first);
+  reference.sandbox_id = row.text(first + 1);
+  if (!row.is_null(first + 2)) reference.last_used_at = from_unix_ms(row.integer(first + 2));
+  auto files = nlohmann::json::parse(row.text(first + 3), nullptr, false);
+  if (files.is_array()) reference.files = files.get<std::vector<std::string>>();
+  return reference;
+}
+
 }  // namespace
 
 std::string_view to_string(Role role) {
@@ -623,20 +637,13 @@ Result<std::vector<Artifact>> SqliteHistoryStore::artifacts(std::string_view con
 
 Result<SandboxReference> SqliteHistoryStore::sandbox_reference(std::string_view conversation_id) {
   std::lock_guard lock(mutex_);
-  Statement select(db_,
-                   "SELECT state, sandbox_id, last_used_at, files FROM sandbox_references "
-                   "WHERE conversation_id = ?");
+  Statement select(db_, fmt::format("SELECT {} FROM sandbox_references WHERE conversation_id = ?",
+                                    kReferenceColumns));
   select.bind(1, conversation_id);
   int rc = select.step();
-  SandboxReference reference;
-  if (rc == SQLITE_DONE) return reference;  // never had a sandbox: "new"
+  if (rc == SQLITE_DONE) return SandboxReference{};  // never had a sandbox: "new"
   if (rc != SQLITE_ROW) return sql_error(rc, "reading a sandbox reference");
-  reference.state = select.text(0);
-  reference.sandbox_id = select.text(1);
-  if (!select.is_null(2)) reference.last_used_at = from_unix_ms(select.integer(2));
-  auto files = nlohmann::json::parse(select.text(3), nullptr, false);
-  if (files.is_array()) reference.files = files.get<std::vector<std::string>>();
-  return reference;
+  return reference_from(select, 0);
 }
 
 Result<void> SqliteHistoryStore::set_sandbox_reference(std::string_view conversation_id,
@@ -663,19 +670,13 @@ Result<void> SqliteHistoryStore::set_sandbox_reference(std::string_view conversa
 Result<std::vector<std::pair<std::string, SandboxReference>>>
 SqliteHistoryStore::sandbox_references() {
   std::lock_guard lock(mutex_);
-  Statement select(db_,
-                   "SELECT conversation_id, state, sandbox_id, last_used_at, files FROM "
-                   "sandbox_references ORDER BY conversation_id");
+  Statement select(db_, fmt::format("SELECT conversation_id, {} FROM sandbox_references ORDER BY "
+                                    "conversation_id",
+                                    kReferenceColumns));
   std::vector<std::pair<std::string, SandboxReference>> list;
   int rc;
   while ((rc = select.step()) == SQLITE_ROW) {
-    SandboxReference reference;
-    reference.state = select.text(1);
-    reference.sandbox_id = select.text(2);
-    if (!select.is_null(3)) reference.last_used_at = from_unix_ms(select.integer(3));
-    auto files = nlohmann::json::parse(select.text(4), nullptr, false);
-    if (files.is_array()) reference.files = files.get<std::vector<std::string>>();
-    list.emplace_back(select.text(0), std::move(reference));
+    list.emplace_back(select.text(0), reference_from(select, 1));
   }
   if (rc != SQLITE_DONE) return sql_error(rc, "reading sandbox references");
   return list;
