@@ -129,33 +129,48 @@ class Exchange {
     }
   }
 
-  // The error for an interrupted operation, if it was interrupted.
-  std::optional<Error> interruption(std::string_view timeout_message) const {
+  // Starts an asynchronous operation with a completion handler, runs it to its end or until
+  // `deadline`, and returns its error (an interrupted one ends with an error too).
+  template <typename Start>
+  error_code await(SteadyTime deadline, Start&& start) {
+    bool done = false;
+    error_code error;
+    start([&](error_code e, auto&&...) {
+      error = e;
+      done = true;
+    });
+    wait(done, deadline);
+    return error;
+  }
+
+  // The error for an interrupted operation, if it was interrupted: a timeout is `timeout_code`
+  // with the message `describe_timeout()` gives.
+  template <typename Describe>
+  std::optional<Error> interruption(ErrorCode timeout_code, Describe&& describe_timeout) const {
     if (interrupted_ == Interrupt::kCancelled) return Error{ErrorCode::kCancelled, "cancelled"};
-    if (interrupted_ == Interrupt::kTimeout) {
-      return Error{timeout_message.starts_with("cannot reach") ? ErrorCode::kUnavailable
-                                                               : ErrorCode::kDeadlineExceeded,
-                   std::string(timeout_message)};
-    }
+    if (interrupted_ == Interrupt::kTimeout) return Error{timeout_code, describe_timeout()};
     return std::nullopt;
+  }
+
+  // A connection step that ran out of connect_timeout.
+  std::optional<Error> connect_interruption(std::string_view what) const {
+    return interruption(ErrorCode::kUnavailable, [&] {
+      return fmt::format("cannot reach {}: {} within {}", where(), what,
+                         format_duration(connect_limit_));
+    });
   }
 
   Result<void> connect() {
     const Url& url = request_.url;
-    const auto connect_limit = format_duration(connect_limit_);
-    bool done = false;
-    error_code error;
     tcp::resolver::results_type endpoints;
-    resolver_.async_resolve(url.host, std::to_string(url.port),
-                            [&](error_code e, tcp::resolver::results_type results) {
-                              error = e;
-                              endpoints = std::move(results);
-                              done = true;
-                            });
-    wait(done, connect_deadline_);
-    if (auto stop =
-            interruption(fmt::format("cannot reach {}: the name {} was not resolved within {}",
-                                     where(), url.host, connect_limit))) {
+    auto error = await(connect_deadline_, [&](auto done) {
+      resolver_.async_resolve(url.host, std::to_string(url.port),
+                              [&, done](error_code e, tcp::resolver::results_type results) {
+                                endpoints = std::move(results);
+                                done(e);
+                              });
+    });
+    if (auto stop = connect_interruption(fmt::format("the name {} was not resolved", url.host))) {
       return std::unexpected(*stop);
     }
     if (error) {
@@ -163,16 +178,9 @@ class Exchange {
                         where(), url.host, describe(error));
     }
 
-    done = false;
-    net::async_connect(socket_, endpoints, [&](error_code e, const tcp::endpoint&) {
-      error = e;
-      done = true;
-    });
-    wait(done, connect_deadline_);
-    if (auto stop = interruption(
-            fmt::format("cannot reach {}: no connection within {}", where(), connect_limit))) {
-      return std::unexpected(*stop);
-    }
+    error = await(connect_deadline_,
+                  [&](auto done) { net::async_connect(socket_, endpoints, std::move(done)); });
+    if (auto stop = connect_interruption("no connection")) return std::unexpected(*stop);
     if (error) {
       return make_error(ErrorCode::kUnavailable, "cannot reach {}: {}", where(), describe(error));
     }
@@ -190,16 +198,10 @@ class Exchange {
       SSL_set1_host(ssl, url.host.c_str());
     }
     tls_->set_verify_mode(net::ssl::verify_peer);
-    done = false;
-    tls_->async_handshake(net::ssl::stream_base::client, [&](error_code e) {
-      error = e;
-      done = true;
+    error = await(connect_deadline_, [&](auto done) {
+      tls_->async_handshake(net::ssl::stream_base::client, std::move(done));
     });
-    wait(done, connect_deadline_);
-    if (auto stop = interruption(
-            fmt::format("cannot reach {}: no TLS handshake within {}", where(), connect_limit))) {
-      return std::unexpected(*stop);
-    }
+    if (auto stop = connect_interruption("no TLS handshake")) return std::unexpected(*stop);
     if (error) {
       const long verify = SSL_get_verify_result(ssl);
       if (verify != X509_V_OK) {
@@ -218,8 +220,10 @@ class Exchange {
   }
 
   Error io_failure(const error_code& error, std::string_view while_doing) const {
-    if (auto stop = interruption(fmt::format("{}: no complete answer within {}", where(),
-                                             format_duration(options_.timeout)))) {
+    if (auto stop = interruption(ErrorCode::kDeadlineExceeded, [&] {
+          return fmt::format("{}: no complete answer within {}", where(),
+                             format_duration(options_.timeout));
+        })) {
       return *stop;
     }
     if (error == http::error::end_of_stream) {
@@ -249,13 +253,8 @@ class Exchange {
     request.body() = request_.body;
     request.prepare_payload();
 
-    bool done = false;
-    error_code error;
-    http::async_write(stream, request, [&](error_code e, size_t) {
-      error = e;
-      done = true;
-    });
-    wait(done, deadline_);
+    auto error =
+        await(deadline_, [&](auto done) { http::async_write(stream, request, std::move(done)); });
     if (error || interrupted_ != Interrupt::kNone) {
       return std::unexpected(io_failure(error, "sending the request"));
     }
@@ -265,12 +264,9 @@ class Exchange {
     // Streamed bodies have no natural size. (Not boost::none: Boost 1.74 then refuses every
     // body with a Content-Length.)
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    done = false;
-    http::async_read_header(stream, buffer, parser, [&](error_code e, size_t) {
-      error = e;
-      done = true;
+    error = await(deadline_, [&](auto done) {
+      http::async_read_header(stream, buffer, parser, std::move(done));
     });
-    wait(done, deadline_);
     if (error || interrupted_ != Interrupt::kNone) {
       return std::unexpected(io_failure(error, "waiting for the answer"));
     }
@@ -287,12 +283,9 @@ class Exchange {
     while (!parser.is_done()) {
       parser.get().body().data = chunk.data();
       parser.get().body().size = chunk.size();
-      done = false;
-      http::async_read_some(stream, buffer, parser, [&](error_code e, size_t) {
-        error = e;
-        done = true;
+      error = await(deadline_, [&](auto done) {
+        http::async_read_some(stream, buffer, parser, std::move(done));
       });
-      wait(done, deadline_);
       if (error == http::error::need_buffer) error = {};
       if (error == net::ssl::error::stream_truncated && parser.need_eof()) {
         // A server that ends the body by closing may skip TLS's close_notify.
