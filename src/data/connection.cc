@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -75,56 +76,49 @@ Error Connection::connection_error(std::string_view what) const {
                fmt::format("{} failed: {}", what, trimmed(PQerrorMessage(get())))};
 }
 
+Result<PgResult> Connection::checked(PGresult* raw, std::string_view doing,
+                                     std::initializer_list<ExecStatusType> expected) const {
+  PgResult result(raw);
+  if (!result) return std::unexpected(connection_error(doing));
+  const auto status = PQresultStatus(result.get());
+  if (std::find(expected.begin(), expected.end(), status) == expected.end()) {
+    return std::unexpected(error_from_result(result.get()));
+  }
+  return result;
+}
+
 Result<PgResult> Connection::exec(std::string_view sql,
                                   std::initializer_list<std::optional<std::string>> params) {
   std::vector<const char*> values;
   for (const auto& param : params)
     values.push_back(param ? param->c_str() : nullptr);
   const std::string text(sql);
-  PgResult result(PQexecParams(get(), text.c_str(), static_cast<int>(values.size()), nullptr,
-                               values.data(), nullptr, nullptr, 0));
-  if (!result) return std::unexpected(connection_error("sending the statement"));
-  const auto status = PQresultStatus(result.get());
-  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-    return std::unexpected(error_from_result(result.get()));
-  }
-  return result;
+  return checked(PQexecParams(get(), text.c_str(), static_cast<int>(values.size()), nullptr,
+                              values.data(), nullptr, nullptr, 0),
+                 "sending the statement", {PGRES_COMMAND_OK, PGRES_TUPLES_OK});
 }
 
 Result<void> Connection::exec_script(std::string_view sql) {
   const std::string text(sql);
-  PgResult result(PQexec(get(), text.c_str()));
-  if (!result) return std::unexpected(connection_error("sending the statements"));
-  const auto status = PQresultStatus(result.get());
-  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-    return std::unexpected(error_from_result(result.get()));
-  }
+  RETURN_IF_ERROR(checked(PQexec(get(), text.c_str()), "sending the statements",
+                          {PGRES_COMMAND_OK, PGRES_TUPLES_OK}));
   return {};
 }
 
 Result<PgResult> Connection::describe(std::string_view name, std::string_view sql) {
   const std::string text(sql);
   const std::string statement(name);
-  PgResult prepared(PQprepare(get(), statement.c_str(), text.c_str(), 0, nullptr));
-  if (!prepared) return std::unexpected(connection_error("sending the statement"));
-  if (PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
-    return std::unexpected(error_from_result(prepared.get()));
-  }
-  PgResult described(PQdescribePrepared(get(), statement.c_str()));
-  if (!described) return std::unexpected(connection_error("describing the statement"));
-  if (PQresultStatus(described.get()) != PGRES_COMMAND_OK) {
-    return std::unexpected(error_from_result(described.get()));
-  }
-  return described;
+  RETURN_IF_ERROR(checked(PQprepare(get(), statement.c_str(), text.c_str(), 0, nullptr),
+                          "sending the statement", {PGRES_COMMAND_OK}));
+  return checked(PQdescribePrepared(get(), statement.c_str()), "describing the statement",
+                 {PGRES_COMMAND_OK});
 }
 
 Result<void> Connection::start_copy_out(std::string_view sql) {
   const std::string text(sql);
-  PgResult result(PQexecParams(get(), text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1));
-  if (!result) return std::unexpected(connection_error("starting COPY"));
-  if (PQresultStatus(result.get()) != PGRES_COPY_OUT) {
-    return std::unexpected(error_from_result(result.get()));
-  }
+  RETURN_IF_ERROR(
+      checked(PQexecParams(get(), text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1),
+              "starting COPY", {PGRES_COPY_OUT}));
   return {};
 }
 
@@ -159,10 +153,9 @@ void Connection::cancel() {
 Result<void> begin_read_only(Connection& connection, Duration statement_timeout) {
   RETURN_IF_ERROR(connection.exec("BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"));
   // set_config(..., true) is SET LOCAL: it ends with the transaction.
-  RETURN_IF_ERROR(connection.exec("SELECT set_config('statement_timeout', $1, true)",
-                                  {fmt::format("{}ms", statement_timeout.count())}));
   RETURN_IF_ERROR(
-      connection.exec("SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
+      connection.exec("SELECT set_config('statement_timeout', $1, true), "
+                      "set_config('idle_in_transaction_session_timeout', $1, true)",
                       {fmt::format("{}ms", statement_timeout.count())}));
   return {};
 }

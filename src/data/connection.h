@@ -72,6 +72,10 @@ class Connection {
   };
   explicit Connection(PGconn* connection) : connection_(connection) {}
 
+  // `raw` if its status is one of `expected`; else the server's error, or, without a result,
+  // the connection's error while `doing`.
+  Result<PgResult> checked(PGresult* raw, std::string_view doing,
+                           std::initializer_list<ExecStatusType> expected) const;
   // The error libpq reports for the connection itself (no result).
   Error connection_error(std::string_view what) const;
 

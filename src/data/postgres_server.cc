@@ -214,27 +214,28 @@ Result<void> PostgresServer::start() {
                     log_file().string(), reason, hint);
 }
 
+std::string PostgresServer::conninfo(uint16_t port, std::string_view database,
+                                     std::string_view user, std::string_view password) const {
+  return fmt::format("host={} port={} dbname={} user={} password={}",
+                     conninfo_value(socket_dir_.string()), port, database, user,
+                     conninfo_value(password));
+}
+
 ServerInfo PostgresServer::info(uint16_t port, const Credentials& credentials) const {
   ServerInfo info;
   info.port = port;
   info.socket_dir = socket_dir_;
   info.reader_url = fmt::format("postgresql://{}:{}@127.0.0.1:{}/{}", kReaderRole,
                                 credentials.reader_password, port, kDatabaseName);
-  const auto conninfo = [&](std::string_view user, std::string_view password) {
-    return fmt::format("host={} port={} dbname={} user={} password={}",
-                       conninfo_value(socket_dir_.string()), port, kDatabaseName, user,
-                       conninfo_value(password));
-  };
-  info.reader_conninfo = conninfo(kReaderRole, credentials.reader_password);
-  info.admin_conninfo = conninfo(kAdminRole, credentials.admin_password);
+  info.reader_conninfo = conninfo(port, kDatabaseName, kReaderRole, credentials.reader_password);
+  info.admin_conninfo = conninfo(port, kDatabaseName, kAdminRole, credentials.admin_password);
   return info;
 }
 
 Result<void> PostgresServer::provision(const ServerInfo& info, const Credentials& credentials) {
   // The database first, from the maintenance database (CREATE DATABASE cannot run in a DO).
-  const std::string database = fmt::format("dbname={}", kDatabaseName);
-  std::string maintenance = info.admin_conninfo;
-  maintenance.replace(maintenance.find(database), database.size(), "dbname=postgres");
+  const std::string maintenance =
+      conninfo(info.port, "postgres", kAdminRole, credentials.admin_password);
   {
     ASSIGN_OR_RETURN(auto connection, Connection::open(maintenance));
     ASSIGN_OR_RETURN(auto exists, connection.exec("SELECT 1 FROM pg_database WHERE datname = $1",

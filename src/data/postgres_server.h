@@ -55,6 +55,9 @@ class PostgresServer {
   Result<void> start();
   Result<void> provision(const ServerInfo& info, const Credentials& credentials);
   ServerInfo info(uint16_t port, const Credentials& credentials) const;
+  // A libpq key=value string for `user` on `database` over the unix socket.
+  std::string conninfo(uint16_t port, std::string_view database, std::string_view user,
+                       std::string_view password) const;
 
   std::filesystem::path directory_;  // <state>/postgres
   std::filesystem::path data_dir_;   // PGDATA
