@@ -1,5 +1,6 @@
 #include "agent/artifacts.h"
 
+#include <cstdio>
 #include <fstream>
 
 #include "common/file_util.h"
@@ -61,19 +62,26 @@ Result<Collected> ArtifactCollector::collect(conversation::LazySandbox& sandbox,
     }
     auto location = store_dir_ / conversation_id / std::to_string(turn) / name;
     RETURN_IF_ERROR(make_directories(location.parent_path(), 0700));
+    // Copied beside its place and renamed there, so a stored artifact is always whole.
     auto temp = location;
     temp += ".partial";
-    {
-      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-      auto copied = sandbox.read_file(path, out, max_file_bytes_);
-      if (!copied) {
-        std::filesystem::remove(temp);
-        collected.notes.push_back(
-            fmt::format("{} was not collected: {}", path, copied.error().message));
-        continue;
-      }
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) return errno_error("storing the artifact '{}'", temp.string());
+    auto copied = sandbox.read_file(path, out, max_file_bytes_);
+    out.close();
+    if (!copied) {
+      std::error_code ignored;
+      std::filesystem::remove(temp, ignored);
+      collected.notes.push_back(
+          fmt::format("{} was not collected: {}", path, copied.error().message));
+      continue;
     }
-    std::filesystem::rename(temp, location);
+    if (!out || ::rename(temp.c_str(), location.c_str()) != 0) {
+      auto error = errno_error("storing the artifact '{}'", location.string());
+      std::error_code ignored;
+      std::filesystem::remove(temp, ignored);
+      return std::unexpected(error.error());
+    }
     conversation::Artifact artifact;
     artifact.turn = turn;
     artifact.name = name;

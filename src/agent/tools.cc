@@ -100,12 +100,6 @@ std::string json_type(const nlohmann::json& value) {
   return "null";
 }
 
-std::string metering_line(const sandbox::ExecResult& r) {
-  return fmt::format("exit code {} · {:.2f} s · CPU {:.2f} s · peak memory {} MB of {} MB",
-                     r.exit_code, r.run_ms / 1000, r.cpu_ms / 1000,
-                     (r.peak_memory_bytes + (1 << 19)) >> 20, r.memory_limit_bytes >> 20);
-}
-
 }  // namespace
 
 Result<void> check_arguments(const ToolSchema& definition, const nlohmann::json& arguments) {
@@ -286,7 +280,7 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
 
   std::string content;
   if (execution->notice) content += *execution->notice + "\n";
-  content += metering_line(result);
+  content += sandbox::metering_line(result);
   if (result.message) content += "\n" + *result.message;
   if (!result.stdout_text.empty()) {
     content +=

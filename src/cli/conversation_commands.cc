@@ -48,7 +48,7 @@ nlohmann::json to_json(const Conversation& conversation) {
           {"updated_at_ms", to_unix_ms(conversation.updated_at)}};
 }
 
-std::string metering_line(const sandbox::ExecResult& r) {
+std::string exec_line(const sandbox::ExecResult& r) {
   std::string line =
       fmt::format("exit {}, run {:.0f} ms, cpu {:.0f} ms, peak {} of {}, overhead {:.2f} ms",
                   r.exit_code, r.run_ms, r.cpu_ms, format_size(r.peak_memory_bytes),
@@ -143,7 +143,7 @@ int show(conversation::HistoryStore& history, const ConversationOptions& options
   for (const auto& x : *execs) {
     turns[x.turn].push_back({x.started_at, order++,
                              fmt::format("{:<9} {}\n{:<9}   {}", "exec", one_line(x.command, 100),
-                                         "", metering_line(x.result))});
+                                         "", exec_line(x.result))});
   }
   if (options.show_events) {
     for (const auto& e : *events) {

@@ -8,12 +8,24 @@
 
 namespace quarry::sandbox {
 
+namespace {
+
+// Whole MiB, rounded; written "MB" as in the seed's figures.
+uint64_t megabytes(uint64_t bytes) {
+  return static_cast<uint64_t>(std::llround(static_cast<double>(bytes) / (1024.0 * 1024.0)));
+}
+
+}  // namespace
+
 std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes) {
-  auto megabytes = [](uint64_t bytes) {
-    return static_cast<uint64_t>(std::llround(static_cast<double>(bytes) / (1024.0 * 1024.0)));
-  };
   return fmt::format("Killed: command ran out of memory.\nPeak memory: {} MB\nSandbox limit: {} MB",
                      megabytes(peak_memory_bytes), megabytes(memory_limit_bytes));
+}
+
+std::string metering_line(const ExecResult& r) {
+  return fmt::format("exit code {} · {:.2f} s · CPU {:.2f} s · peak memory {} MB of {} MB",
+                     r.exit_code, r.run_ms / 1000, r.cpu_ms / 1000, megabytes(r.peak_memory_bytes),
+                     megabytes(r.memory_limit_bytes));
 }
 
 std::string timeout_message(std::chrono::milliseconds timeout) {

@@ -16,6 +16,10 @@ namespace quarry::sandbox {
 // (MB here are MiB, as in the seed's figures.)
 std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes);
 
+// One line for the model after each command:
+//   exit code 0 · 1.23 s · CPU 1.20 s · peak memory 171 MB of 1024 MB
+std::string metering_line(const ExecResult& result);
+
 // "Timed out: command ran longer than 30s and was killed."
 std::string timeout_message(std::chrono::milliseconds timeout);
 
