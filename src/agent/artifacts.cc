@@ -14,7 +14,7 @@ std::string artifact_type(std::string_view path) {
   std::string extension(path.substr(dot + 1));
   for (auto& c : extension)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const char* type : {"png", "svg", "html", "csv", "parquet", "json"}) {
+  for (std::string_view type : kArtifactTypes) {
     if (extension == type) return extension;
   }
   return "";
@@ -50,8 +50,8 @@ Result<Collected> ArtifactCollector::collect(conversation::LazySandbox& sandbox,
     const std::string name = path.substr(output_dir_.size() + 1);
     const std::string type = artifact_type(path);
     if (type.empty()) {
-      collected.notes.push_back(fmt::format(
-          "{} was not collected: only png, svg, html, csv, parquet and json files are", path));
+      collected.notes.push_back(fmt::format("{} was not collected: only {} files are", path,
+                                            fmt::join(kArtifactTypes, ", ")));
       continue;
     }
     if (stamp.first > max_file_bytes_) {

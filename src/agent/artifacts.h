@@ -4,6 +4,7 @@
 //   <state>/artifacts/<conversation>/<turn>/<name>
 #pragma once
 
+#include <array>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -42,6 +43,10 @@ class ArtifactCollector {
   std::filesystem::path store_dir_;
   uint64_t max_file_bytes_;
 };
+
+// The file types collected from the output dir (and named so to the model).
+inline constexpr std::array<std::string_view, 6> kArtifactTypes = {"png", "svg",     "html",
+                                                                   "csv", "parquet", "json"};
 
 // "png" for "chart.png", or "" when the type is not one that is collected.
 std::string artifact_type(std::string_view path);

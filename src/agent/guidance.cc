@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/artifacts.h"
 #include "common/units.h"
 
 namespace quarry::agent {
@@ -18,7 +19,7 @@ Tools:
 - run_python(path or code, expected_outputs): runs Python in the sandbox ({cpus} CPU, {memory} of memory, {timeout} per run) and returns its output with its run time and peak memory. List in expected_outputs the files the code must write; the system checks them.
 - list_outputs(): the files in {output_dir}.
 
-Files: data you export is in {data_dir}; put results for the user (charts, tables) in {output_dir}. Files there of these types reach the user: png, svg, html, csv, parquet, json. Python packages available: {packages}.
+Files: data you export is in {data_dir}; put results for the user (charts, tables) in {output_dir}. Files there of these types reach the user: {artifact_types}. Python packages available: {packages}.
 
 How to work: measure, understand the bottleneck, rewrite, retry.
 1. Filter and aggregate in SQL first; use query_database for small answers.
@@ -34,7 +35,8 @@ How to work: measure, understand the bottleneck, rewrite, retry.
       fmt::arg("cpus", sandbox.resources.cpus),
       fmt::arg("memory", format_size(sandbox.resources.memory_bytes)),
       fmt::arg("timeout", format_duration(sandbox.exec_timeout)),
-      fmt::arg("packages", fmt::join(sandbox.packages, ", ")));
+      fmt::arg("packages", fmt::join(sandbox.packages, ", ")),
+      fmt::arg("artifact_types", fmt::join(kArtifactTypes, ", ")));
 }
 
 }  // namespace quarry::agent

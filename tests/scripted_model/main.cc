@@ -265,10 +265,10 @@ class Session {
     context.chunk_size = step.chunk_size > 0 ? step.chunk_size : server_.options.chunk_size;
     context.include_usage = body.contains("stream_options") && body["stream_options"].is_object() &&
                             body["stream_options"].value("include_usage", false);
-    int64_t prompt_chars = 0;
+    std::string prompt;
     for (const auto& message : conversation.messages)
-      prompt_chars += message.content.size();
-    context.usage.prompt_tokens = static_cast<int64_t>(prompt_chars / 4 + 1);
+      prompt += message.content;
+    context.usage.prompt_tokens = estimate_tokens(prompt);
     std::string reply_text = (*reply)->content;
     for (const auto& call : (*reply)->tool_calls)
       reply_text += call.name + call.arguments;
