@@ -90,8 +90,6 @@ CREATE TABLE sandbox_references (
 );
 )sql"};
 
-// A prepared statement that finalizes itself; bind and column indexes are 1- and 0-based as in
-// SQLite.
 // BEGIN IMMEDIATE ... COMMIT, rolled back if not committed: several statements become one
 // atomic write.
 class Transaction {
@@ -103,9 +101,11 @@ class Transaction {
     if (rc_ == SQLITE_OK && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
   int begin_result() const { return rc_; }
+  // A COMMIT that fails (the database busy or full) leaves the transaction to be rolled back.
   int commit() {
-    committed_ = true;
-    return sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+    const int rc = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+    committed_ = rc == SQLITE_OK;
+    return rc;
   }
 
  private:
@@ -114,6 +114,8 @@ class Transaction {
   bool committed_ = false;
 };
 
+// A prepared statement that finalizes itself; bind and column indexes are 1- and 0-based as in
+// SQLite.
 class Statement {
  public:
   Statement(sqlite3* db, std::string_view sql) : db_(db) {
@@ -292,7 +294,6 @@ Result<void> SqliteHistoryStore::migrate() {
     if (rc != SQLITE_OK) {
       std::string detail = message ? message : sqlite3_errstr(rc);
       sqlite3_free(message);
-      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
       return make_error(ErrorCode::kInternal, "{} in the history database '{}' failed: {}", what,
                         path_.string(), detail);
     }
@@ -304,13 +305,19 @@ Result<void> SqliteHistoryStore::migrate() {
            "PRAGMA foreign_keys=ON",
            "configuring"));
   for (int64_t next = version + 1; next <= kSchemaVersion; ++next) {
-    RETURN_IF_ERROR(exec("BEGIN IMMEDIATE", "starting a migration"));
+    // One transaction a version: a migration is applied whole or not at all.
+    Transaction transaction(db_);
+    if (transaction.begin_result() != SQLITE_OK) {
+      return sql_error(transaction.begin_result(), "starting a migration");
+    }
     RETURN_IF_ERROR(exec(kMigrations[static_cast<size_t>(next - 1)],
                          fmt::format("migrating to schema version {}", next)));
     RETURN_IF_ERROR(
         exec(fmt::format("PRAGMA user_version={}; PRAGMA application_id={}", next, kApplicationId),
              "recording the schema version"));
-    RETURN_IF_ERROR(exec("COMMIT", "finishing a migration"));
+    if (int rc = transaction.commit(); rc != SQLITE_OK) {
+      return sql_error(rc, "finishing a migration");
+    }
   }
   return {};
 }
