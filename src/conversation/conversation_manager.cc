@@ -279,13 +279,22 @@ Turn::~Turn() {
   manager_.end_turn(context_);
 }
 
-Result<void> LazySandbox::write_file(std::string_view path, std::istream& content) {
-  ASSIGN_OR_RETURN(std::string id, manager_.acquire(turn_));
-  auto written = manager_.provider_.write_file(id, path, content);
-  if (!written) {
-    if (written.error().code == ErrorCode::kUnavailable) (void)manager_.mark_dead(turn_, "stopped");
-    return written;
+template <typename Call>
+auto LazySandbox::on_sandbox(std::string_view why, Call&& call) {
+  using Returned = decltype(call(std::string()));
+  auto id = manager_.acquire(turn_);
+  if (!id) return Returned(std::unexpected(std::move(id).error()));
+  Returned result = call(*id);
+  if (!result && result.error().code == ErrorCode::kUnavailable) {
+    (void)manager_.mark_dead(turn_, why);
   }
+  return result;
+}
+
+Result<void> LazySandbox::write_file(std::string_view path, std::istream& content) {
+  RETURN_IF_ERROR(on_sandbox("stopped", [&](const std::string& id) {
+    return manager_.provider_.write_file(id, path, content);
+  }));
   auto& files = turn_.reference.files;
   if (std::find(files.begin(), files.end(), path) == files.end()) {
     files.emplace_back(path);
@@ -301,12 +310,15 @@ Result<void> LazySandbox::write_file(std::string_view path, std::string_view con
 }
 
 Result<Execution> LazySandbox::execute(sandbox::ExecRequest request) {
-  ASSIGN_OR_RETURN(std::string id, manager_.acquire(turn_));
-  const auto started = manager_.clock_.now();
-  auto result = manager_.provider_.exec(id, request);
+  std::string id;
+  Clock::time_point started;
+  auto result = on_sandbox("stopped during a command", [&](const std::string& sandbox_id) {
+    id = sandbox_id;
+    started = manager_.clock_.now();
+    return manager_.provider_.exec(id, request);
+  });
   if (!result) {
-    if (result.error().code == ErrorCode::kUnavailable) {
-      (void)manager_.mark_dead(turn_, "stopped during a command");
+    if (!id.empty() && result.error().code == ErrorCode::kUnavailable) {
       return make_error(ErrorCode::kUnavailable,
                         "the sandbox stopped while running this command; the next command runs "
                         "in a new sandbox, without the files written so far");
@@ -327,13 +339,15 @@ Result<Execution> LazySandbox::execute(sandbox::ExecRequest request) {
 
 Result<uint64_t> LazySandbox::read_file(std::string_view path, std::ostream& out,
                                         uint64_t max_bytes) {
-  ASSIGN_OR_RETURN(std::string id, manager_.acquire(turn_));
-  return manager_.provider_.read_file(id, path, out, max_bytes);
+  return on_sandbox("stopped", [&](const std::string& id) {
+    return manager_.provider_.read_file(id, path, out, max_bytes);
+  });
 }
 
 Result<std::vector<sandbox::FileInfo>> LazySandbox::list_files(std::string_view directory) {
-  ASSIGN_OR_RETURN(std::string id, manager_.acquire(turn_));
-  return manager_.provider_.list_files(id, directory);
+  return on_sandbox("stopped", [&](const std::string& id) {
+    return manager_.provider_.list_files(id, directory);
+  });
 }
 
 }  // namespace quarry::conversation

@@ -42,6 +42,12 @@ class LazySandbox {
   friend class Turn;
   LazySandbox(ConversationManager& manager, TurnContext& turn) : manager_(manager), turn_(turn) {}
 
+  // Runs `call(id)` on the turn's sandbox, made or replaced first if need be. If the sandbox
+  // turns out to have stopped (kUnavailable), it is marked dead (`why`), so the next call gets
+  // a new one.
+  template <typename Call>
+  auto on_sandbox(std::string_view why, Call&& call);
+
   ConversationManager& manager_;
   TurnContext& turn_;
 };
