@@ -328,11 +328,7 @@ class Exchange {
 
 std::string_view HttpResponse::header(std::string_view name) const {
   for (const auto& header : headers) {
-    if (std::equal(header.name.begin(), header.name.end(), name.begin(), name.end(),
-                   [](char a, char b) {
-                     return std::tolower(static_cast<unsigned char>(a)) ==
-                            std::tolower(static_cast<unsigned char>(b));
-                   })) {
+    if (beast::iequals(header.name, beast::string_view(name.data(), name.size()))) {
       return header.value;
     }
   }
