@@ -43,8 +43,10 @@ Result<data::ExportSummary> export_to_host(const std::string& conninfo, const st
   std::error_code error;
   std::filesystem::rename(partial, file, error);
   if (error) {
-    std::filesystem::remove(partial, error);
-    return make_error(ErrorCode::kInternal, "renaming the export to '{}' failed", file.string());
+    std::error_code ignored;
+    std::filesystem::remove(partial, ignored);
+    return make_error(ErrorCode::kInternal, "renaming the export to '{}' failed: {}", file.string(),
+                      error.message());
   }
   return summary;
 }
