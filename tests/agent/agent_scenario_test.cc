@@ -300,8 +300,8 @@ TEST_F(AgentScenarioTest, ClaimsAreCheckedAndBadCallsComeBackAsErrorsToFix) {
   // The user gets the corrected answer, not the claim of a file that does not exist.
   EXPECT_EQ(*turn.answer, "I could not make the chart; nothing was written to outputs.");
   EXPECT_EQ(turn.steps,
-            (std::vector<std::string>{"call run_python", "failed run_python", "call make_chart",
-                                      "failed make_chart", "call run_python", "ok run_python"}));
+            (std::vector<std::string>{"call run_python", "failed run_python", "call run_python",
+                                      "failed run_python", "call run_python", "ok run_python"}));
   EXPECT_TRUE(history_->artifacts(conversation)->empty());
 }
 

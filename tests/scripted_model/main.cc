@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "agent/openai_protocol.h"
+#include "message_rules.h"
 #include "responder.h"
 #include "scenario.h"
 
@@ -75,10 +76,11 @@ Response json_response(int status, const json& body) {
   return response;
 }
 
-// An error in OpenAI's shape: {"error": {"message", "type", "code"}}.
+// An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
 Response error_response(int status, std::string_view message, std::string_view type,
-                        std::string_view code = {}) {
-  json error = {{"message", message}, {"type", type}, {"param", nullptr}};
+                        std::string_view code = {}, std::string_view param = {}) {
+  json error = {{"message", message}, {"type", type}};
+  error["param"] = param.empty() ? json(nullptr) : json(param);
   error["code"] = code.empty() ? json(nullptr) : json(code);
   return json_response(status, {{"error", error}});
 }
@@ -199,11 +201,13 @@ class Session {
 
   bool complete(const http::request<http::string_body>& request) {
     json body = json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
-    if (!body.is_object() || !body.contains("messages") || !body["messages"].is_array()) {
-      return send(error_response(400, "the body must be a JSON object with a messages list",
-                                 "invalid_request_error"),
+    if (!body.is_object()) {
+      return send(error_response(400, "the body must be a JSON object", "invalid_request_error"),
                   request);
     }
+    // Before the scenario: a request the real API would refuse is refused even when the
+    // scenario would answer it.
+    if (auto broken = check_messages(body)) return refuse_invalid(request, *broken);
     const std::string model = body.value("model", "");
     const auto path = scenario_path(server_.options, model);
     if (path.empty()) {
@@ -253,6 +257,11 @@ class Session {
     }
     auto reply = choose_reply(*scenario, *index, conversation);
     if (!reply) return refuse(request, reply.error().message);
+    if (auto failure = unoffered_tool_failure(*scenario, *index, **reply, conversation,
+                                              body.value("tool_choice", json()));
+        !failure.empty()) {
+      return refuse(request, failure);
+    }
     if (step.delay.count() > 0 && !wait_for_client(fd_, step.delay)) return false;
 
     ReplyContext context;
@@ -285,6 +294,16 @@ class Session {
   bool refuse(const http::request<http::string_body>& request, const std::string& message) {
     std::fprintf(stderr, "scripted_model_server: %s\n", message.c_str());
     return send(error_response(400, message, "scenario_error", "scenario_mismatch"), request);
+  }
+
+  // A request that breaks OpenAI's message rules: HTTP 400 in OpenAI's words, also on stderr.
+  bool refuse_invalid(const http::request<http::string_body>& request,
+                      const RuleViolation& broken) {
+    std::fprintf(stderr, "scripted_model_server: %s (param %s)\n", broken.message.c_str(),
+                 broken.param.empty() ? "null" : broken.param.c_str());
+    return send(
+        error_response(400, broken.message, "invalid_request_error", broken.code, broken.param),
+        request);
   }
 
   bool stream(const Reply& reply, const ReplyContext& context, const Step& step) {
