@@ -3,11 +3,15 @@
 #include <regex>
 #include <set>
 
+#include "data/sandbox_export.h"
+
 namespace quarry::agent {
 namespace {
 
 using conversation::Message;
 using conversation::Role;
+using conversation::TurnKind;
+using conversation::TurnStatus;
 
 nlohmann::json to_json(const std::vector<ToolCall>& calls) {
   nlohmann::json json = nlohmann::json::array();
@@ -57,6 +61,82 @@ AgentEvent event(AgentEvent::Kind kind, int step, std::string text = {}) {
   return made;
 }
 
+// What the model is told of a call whose result was never recorded.
+constexpr std::string_view kUnansweredResult =
+    "(interrupted: quarry stopped while this step ran, so its result is unknown; files it was "
+    "writing may be missing or incomplete, so check them before relying on them)";
+
+// The messages with every tool call answered directly after its assistant message, as
+// OpenAI-compatible servers require: a call without a result gets kUnansweredResult, and a
+// result that answers no pending call is left out. `added` receives the results it made.
+std::vector<Message> answer_every_call(const std::vector<Message>& messages,
+                                       std::vector<Message>* added = nullptr) {
+  std::vector<Message> answered;
+  answered.reserve(messages.size());
+  std::vector<std::pair<std::string, std::string>> pending;  // (call id, tool) awaiting results
+  int pending_turn = 0;
+  auto flush = [&] {
+    for (const auto& [id, tool] : pending) {
+      Message result;
+      result.turn = pending_turn;
+      result.role = Role::kTool;
+      result.tool_call_id = id;
+      result.content = std::string(kUnansweredResult);
+      result.details = {{"tool", tool}, {"ok", false}, {"interrupted", true}};
+      answered.push_back(result);
+      if (added) added->push_back(std::move(result));
+    }
+    pending.clear();
+  };
+  for (const auto& message : messages) {
+    if (message.role == Role::kTool) {
+      auto found = std::find_if(pending.begin(), pending.end(), [&](const auto& call) {
+        return call.first == message.tool_call_id;
+      });
+      if (found == pending.end()) continue;
+      pending.erase(found);
+      answered.push_back(message);
+      continue;
+    }
+    flush();
+    answered.push_back(message);
+    if (message.role == Role::kAssistant && message.tool_calls.is_array()) {
+      pending_turn = message.turn;
+      for (const auto& call : message.tool_calls) {
+        pending.emplace_back(call.value("id", ""), call.value("name", ""));
+      }
+    }
+  }
+  flush();
+  return answered;
+}
+
+// A conversation's title from the first words of its first question.
+std::string title_from(std::string_view text) {
+  std::string title(text.substr(0, text.find('\n')));
+  if (title.size() > 80) {
+    title.resize(77);
+    while (!title.empty() && (static_cast<unsigned char>(title.back()) & 0xC0) == 0x80) {
+      title.pop_back();  // not inside a UTF-8 character
+    }
+    if (!title.empty()) title.pop_back();
+    title += "...";
+  }
+  return title;
+}
+
+nlohmann::json tool_details(const ToolCall& call, const ToolResult& result) {
+  nlohmann::json details = {{"tool", call.name},
+                            {"ok", result.ok && !result.cancelled},
+                            {"elapsed_ms", result.elapsed_ms}};
+  if (result.failure.kind != FailureKind::kNone) {
+    details["failure"] = {{"kind", to_string(result.failure.kind)},
+                          {"cause", result.failure.cause}};
+  }
+  if (result.cancelled) details["cancelled"] = true;
+  return details;
+}
+
 }  // namespace
 
 AgentOptions agent_options(const Config& config) {
@@ -70,7 +150,59 @@ AgentOptions agent_options(const Config& config) {
   return options;
 }
 
-Agent::Agent(ModelClient& model, conversation::ConversationManager& manager,
+std::string_view to_string(Cell::Kind kind) {
+  switch (kind) {
+    case Cell::Kind::kPython:
+      return "python";
+    case Cell::Kind::kSqlQuery:
+      return "sql_query";
+    case Cell::Kind::kSqlExport:
+      return "sql_export";
+  }
+  return "python";
+}
+
+Result<Cell::Kind> cell_kind_from(std::string_view text) {
+  for (auto kind : {Cell::Kind::kPython, Cell::Kind::kSqlQuery, Cell::Kind::kSqlExport}) {
+    if (to_string(kind) == text) return kind;
+  }
+  return make_error(ErrorCode::kInvalidArgument,
+                    "'{}' is not a kind of cell; use python, sql_query or sql_export", text);
+}
+
+Result<void> check_cell(const Cell& cell) {
+  if (cell.code.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return make_error(ErrorCode::kInvalidArgument, "the cell has no code; write some in 'code'");
+  }
+  if (cell.kind == Cell::Kind::kSqlExport) {
+    if (cell.filename.empty()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "an sql_export cell needs 'filename': the Parquet file to write, e.g. "
+                        "views.parquet");
+    }
+    return data::validate_export_filename(cell.filename);
+  }
+  if (!cell.filename.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "'filename' is only for sql_export cells (the Parquet file to write); "
+                      "leave it out of a {} cell",
+                      to_string(cell.kind));
+  }
+  return {};
+}
+
+Result<int> close_unanswered_calls(conversation::HistoryStore& history,
+                                   std::string_view conversation_id) {
+  ASSIGN_OR_RETURN(auto messages, history.messages(conversation_id));
+  std::vector<Message> added;
+  answer_every_call(messages, &added);
+  for (auto& result : added) {
+    RETURN_IF_ERROR(history.append_message(conversation_id, std::move(result)));
+  }
+  return static_cast<int>(added.size());
+}
+
+Agent::Agent(ModelClient* model, conversation::ConversationManager& manager,
              conversation::HistoryStore& history, Toolbox& toolbox, std::string system_prompt,
              AgentOptions options)
     : model_(model),
@@ -84,7 +216,8 @@ std::vector<ChatMessage> Agent::context(const std::string& conversation_id) cons
   std::vector<ChatMessage> messages = {{"system", system_prompt_, {}, ""}};
   auto history = history_.messages(conversation_id);
   if (!history) return messages;
-  for (const auto& message : conversation::filter_context(*history, options_.context)) {
+  for (const auto& message :
+       answer_every_call(conversation::filter_context(*history, options_.context))) {
     messages.push_back(to_chat(message));
   }
   return messages;
@@ -119,50 +252,88 @@ std::vector<std::string> Agent::check_answer(conversation::Turn& turn,
   return problems;
 }
 
-Result<std::string> Agent::run_turn(std::string_view conversation_id, std::string_view user_message,
-                                    const std::function<void(const AgentEvent&)>& on_event,
-                                    int cancel_fd) {
-  auto emit = [&](AgentEvent event) {
-    if (on_event) on_event(event);
+Result<ToolResult> Agent::step(conversation::Turn& turn, int step, const ToolCall& call,
+                               const AgentEventSink& emit, int cancel_fd) {
+  AgentEvent started = event(AgentEvent::Kind::kToolCall, step);
+  started.tool = call.name;
+  started.tool_call_id = call.id;
+  started.arguments = call.arguments;
+  emit(started);
+  ToolIo io;
+  io.cancel_fd = cancel_fd;
+  io.on_output = [&](sandbox::OutputStream stream, std::string_view text) {
+    AgentEvent output = event(AgentEvent::Kind::kOutput, step, std::string(text));
+    output.tool = call.name;
+    output.tool_call_id = call.id;
+    output.stream = stream;
+    emit(output);
   };
-  auto fail = [&](Error error, int step) -> Result<std::string> {
-    emit(event(AgentEvent::Kind::kError, step, error.message));
-    return std::unexpected(std::move(error));
-  };
-  ASSIGN_OR_RETURN(auto turn, manager_.begin_turn(conversation_id));
-  const std::string id = turn->conversation_id();
+  ToolResult result = toolbox_.call(call, turn, io);
+  Message tool;
+  tool.turn = turn.number();
+  tool.role = Role::kTool;
+  tool.tool_call_id = call.id;
+  tool.content = result.cancelled ? "(stopped: the turn was cancelled)" : result.content;
+  tool.details = tool_details(call, result);
+  RETURN_IF_ERROR(history_.append_message(turn.conversation_id(), std::move(tool)));
+  if (result.cancelled) return result;
+  AgentEvent finished = event(AgentEvent::Kind::kToolResult, step);
+  finished.tool = call.name;
+  finished.tool_call_id = call.id;
+  finished.result = &result;
+  emit(finished);
+  for (const auto& artifact : result.artifacts) {
+    AgentEvent saved = event(AgentEvent::Kind::kArtifact, step);
+    saved.tool = call.name;
+    saved.tool_call_id = call.id;
+    saved.artifact = &artifact;
+    emit(saved);
+  }
+  return result;
+}
+
+Result<std::string> Agent::loop(conversation::Turn& turn, std::string_view user_message,
+                                const AgentEventSink& emit, int cancel_fd) {
+  const std::string id = turn.conversation_id();
+  RETURN_IF_ERROR(close_unanswered_calls(history_, id));
   Message question;
-  question.turn = turn->number();
+  question.turn = turn.number();
   question.content = std::string(user_message);
   RETURN_IF_ERROR(history_.append_message(id, std::move(question)));
+  RETURN_IF_ERROR(history_.name_conversation(id, title_from(user_message)));
+  if (model_ == nullptr) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "no language model is configured, so there is no one to ask; set "
+                      "model.base_url and the key (see README, The model), or run cells");
+  }
 
   std::vector<ToolSchema> tools = toolbox_.definitions();
   bool checked = false;  // the answer check speaks up once per turn
   for (int step = 1; step <= options_.max_steps; ++step) {
     ChatRequest request{context(id), tools};
-    auto response = model_.complete(
+    auto response = model_->complete(
         request,
         [&](std::string_view text) {
           emit(event(AgentEvent::Kind::kText, step, std::string(text)));
         },
         cancel_fd);
-    if (!response) return fail(response.error().with_context("the model"), step);
+    if (!response) return std::unexpected(response.error().with_context("the model"));
 
     const ChatMessage& reply = response->message;
     Message assistant;
-    assistant.turn = turn->number();
+    assistant.turn = turn.number();
     assistant.role = Role::kAssistant;
     assistant.content = reply.content;
     if (!reply.tool_calls.empty()) assistant.tool_calls = to_json(reply.tool_calls);
     RETURN_IF_ERROR(history_.append_message(id, std::move(assistant)));
 
     if (reply.tool_calls.empty()) {
-      auto problems = check_answer(*turn, reply.content);
+      auto problems = check_answer(turn, reply.content);
       if (!problems.empty() && !checked && step < options_.max_steps) {
         // The system, not the model's word, decides; the model is told and may correct itself.
         checked = true;
         Message note;
-        note.turn = turn->number();
+        note.turn = turn.number();
         note.content = fmt::format(
             "(quarry checked the answer) {}. Write the file, or say that it could not be made; "
             "do not claim results that were not produced.",
@@ -178,43 +349,119 @@ Result<std::string> Agent::run_turn(std::string_view conversation_id, std::strin
     // a tool call without its result would make the history unusable for the next turn.
     bool cancelled = false;
     for (const auto& call : reply.tool_calls) {
-      Message tool;
-      tool.turn = turn->number();
-      tool.role = Role::kTool;
-      tool.tool_call_id = call.id;
       if (cancelled) {
+        Message tool;
+        tool.turn = turn.number();
+        tool.role = Role::kTool;
+        tool.tool_call_id = call.id;
         tool.content = "(not run: the turn was cancelled)";
+        tool.details = {{"tool", call.name}, {"ok", false}, {"cancelled", true}};
         RETURN_IF_ERROR(history_.append_message(id, std::move(tool)));
         continue;
       }
-      AgentEvent started = event(AgentEvent::Kind::kToolCall, step);
-      started.tool = call.name;
-      started.tool_call_id = call.id;
-      started.arguments = call.arguments;
-      emit(started);
-      ToolResult result = toolbox_.call(call.name, call.arguments, *turn, cancel_fd);
+      ASSIGN_OR_RETURN(auto result, this->step(turn, step, call, emit, cancel_fd));
       cancelled = result.cancelled;
-      tool.content = cancelled ? "(stopped: the turn was cancelled)" : result.content;
-      RETURN_IF_ERROR(history_.append_message(id, std::move(tool)));
-      if (cancelled) continue;
-      AgentEvent finished = event(AgentEvent::Kind::kToolResult, step);
-      finished.tool = call.name;
-      finished.tool_call_id = call.id;
-      finished.result = &result;
-      emit(finished);
-      for (const auto& artifact : result.artifacts) {
-        AgentEvent saved = event(AgentEvent::Kind::kArtifact, step);
-        saved.artifact = &artifact;
-        emit(saved);
-      }
     }
-    if (cancelled) return fail(Error{ErrorCode::kCancelled, "the turn was cancelled"}, step);
+    if (cancelled) return make_error(ErrorCode::kCancelled, "the turn was cancelled");
   }
-  return fail(Error{ErrorCode::kResourceExhausted,
-                    fmt::format("the turn stopped after {} model steps without an answer "
-                                "(model.max_steps); ask again, or more narrowly",
-                                options_.max_steps)},
-              options_.max_steps);
+  return make_error(ErrorCode::kResourceExhausted,
+                    "the turn stopped after {} model steps without an answer (model.max_steps); "
+                    "ask again, or more narrowly",
+                    options_.max_steps);
+}
+
+Result<std::string> Agent::run_turn(conversation::Turn& turn, std::string_view user_message,
+                                    const AgentEventSink& on_event, int cancel_fd) {
+  auto emit = [&](const AgentEvent& event) {
+    if (on_event) on_event(event);
+  };
+  auto answer = loop(turn, user_message, emit, cancel_fd);
+  if (answer) {
+    turn.finish(TurnStatus::kCompleted);
+    return answer;
+  }
+  const bool cancelled = answer.error().code == ErrorCode::kCancelled;
+  turn.finish(cancelled ? TurnStatus::kCancelled : TurnStatus::kFailed, answer.error().message);
+  AgentEvent failed = event(AgentEvent::Kind::kError, 0, answer.error().message);
+  failed.error_code = answer.error().code;
+  emit(failed);
+  return answer;
+}
+
+Result<std::string> Agent::run_turn(std::string_view conversation_id, std::string_view user_message,
+                                    const AgentEventSink& on_event, int cancel_fd) {
+  auto on_sandbox_event = [&](const conversation::Event& recorded) {
+    if (!on_event) return;
+    AgentEvent sandbox = event(AgentEvent::Kind::kSandbox, 0);
+    sandbox.sandbox_event = &recorded;
+    on_event(sandbox);
+  };
+  ASSIGN_OR_RETURN(
+      auto turn, manager_.begin_turn(conversation_id, TurnKind::kAsk, std::move(on_sandbox_event)));
+  return run_turn(*turn, user_message, on_event, cancel_fd);
+}
+
+Result<ToolResult> Agent::run_cell(conversation::Turn& turn, const Cell& cell,
+                                   const AgentEventSink& on_event, int cancel_fd) {
+  auto emit = [&](const AgentEvent& event) {
+    if (on_event) on_event(event);
+  };
+  auto ran = [&]() -> Result<ToolResult> {
+    RETURN_IF_ERROR(check_cell(cell));
+    const std::string id = turn.conversation_id();
+    RETURN_IF_ERROR(close_unanswered_calls(history_, id));
+    ToolCall call;
+    call.id = fmt::format("cell_{}", turn.number());
+    nlohmann::json arguments;
+    std::string what;
+    switch (cell.kind) {
+      case Cell::Kind::kPython:
+        call.name = "run_python";
+        arguments = {{"code", cell.code}};
+        what = "Python";
+        break;
+      case Cell::Kind::kSqlQuery:
+        call.name = "query_database";
+        arguments = {{"sql", cell.code}};
+        what = "SQL query";
+        break;
+      case Cell::Kind::kSqlExport:
+        call.name = "export_query";
+        arguments = {{"sql", cell.code}, {"filename", cell.filename}};
+        what = "SQL export";
+        break;
+    }
+    call.arguments = arguments.dump();
+    // The model sees the cell as the user's own step: a note, the call and its result.
+    Message note;
+    note.turn = turn.number();
+    note.content = fmt::format(
+        "(I ran a {} cell myself in the notebook; the call and its result follow. No answer is "
+        "needed.)",
+        what);
+    note.details = {{"cell", to_string(cell.kind)}};
+    RETURN_IF_ERROR(history_.append_message(id, std::move(note)));
+    RETURN_IF_ERROR(history_.name_conversation(id, title_from(cell.code)));
+    Message assistant;
+    assistant.turn = turn.number();
+    assistant.role = Role::kAssistant;
+    assistant.tool_calls = to_json({call});
+    RETURN_IF_ERROR(history_.append_message(id, std::move(assistant)));
+    ASSIGN_OR_RETURN(auto result, step(turn, 1, call, emit, cancel_fd));
+    if (result.cancelled) return make_error(ErrorCode::kCancelled, "the cell was cancelled");
+    return result;
+  }();
+  if (ran) {
+    turn.finish(TurnStatus::kCompleted);
+    emit(event(AgentEvent::Kind::kDone, 1));
+    return ran;
+  }
+  const bool cancelled = ran.error().code == ErrorCode::kCancelled;
+  turn.finish(cancelled ? TurnStatus::kCancelled : TurnStatus::kFailed, ran.error().message);
+  AgentEvent failed = event(AgentEvent::Kind::kError, 1, ran.error().message);
+  failed.error_code = ran.error().code;
+  emit(failed);
+  return ran;
 }
 
 }  // namespace quarry::agent

@@ -4,9 +4,24 @@
 #include <fstream>
 
 #include "common/file_util.h"
+#include "common/sha256.h"
 #include "common/units.h"
 
 namespace quarry::agent {
+namespace {
+
+// A directory name for a tool call id, which the model chose: used as it is when it is plainly
+// safe, else replaced by a hash, so no id can point outside the store.
+std::string step_directory(std::string_view call_id) {
+  const bool plain = !call_id.empty() && call_id.size() <= 64 &&
+                     std::all_of(call_id.begin(), call_id.end(), [](unsigned char c) {
+                       return std::isalnum(c) || c == '_' || c == '-';
+                     });
+  if (plain) return std::string(call_id);
+  return call_id.empty() ? "_" : "call-" + sha256_hex(call_id).substr(0, 16);
+}
+
+}  // namespace
 
 std::string artifact_type(std::string_view path) {
   auto dot = path.rfind('.');
@@ -38,10 +53,10 @@ Result<OutputSnapshot> ArtifactCollector::snapshot(conversation::LazySandbox& sa
   return snapshot;
 }
 
-Result<Collected> ArtifactCollector::collect(conversation::LazySandbox& sandbox,
-                                             const OutputSnapshot& before,
-                                             conversation::HistoryStore& history,
-                                             const std::string& conversation_id, int turn) const {
+Result<Collected> ArtifactCollector::collect(conversation::Turn& turn, const OutputSnapshot& before,
+                                             conversation::HistoryStore& history) const {
+  auto& sandbox = turn.sandbox();
+  const std::string& conversation_id = turn.conversation_id();
   Collected collected;
   ASSIGN_OR_RETURN(collected.after, snapshot(sandbox));
   for (const auto& [path, stamp] : collected.after) {
@@ -60,7 +75,9 @@ Result<Collected> ArtifactCollector::collect(conversation::LazySandbox& sandbox,
                                             format_size(max_file_bytes_)));
       continue;
     }
-    auto location = store_dir_ / conversation_id / std::to_string(turn) / name;
+    // Each step has a directory of its own, so two steps writing chart.png keep both.
+    auto location = store_dir_ / conversation_id / std::to_string(turn.number()) /
+                    step_directory(turn.step_call_id()) / name;
     RETURN_IF_ERROR(make_directories(location.parent_path(), 0700));
     // Copied beside its place and renamed there, so a stored artifact is always whole.
     auto temp = location;
@@ -83,7 +100,8 @@ Result<Collected> ArtifactCollector::collect(conversation::LazySandbox& sandbox,
       return std::unexpected(error.error());
     }
     conversation::Artifact artifact;
-    artifact.turn = turn;
+    artifact.turn = turn.number();
+    artifact.tool_call_id = turn.step_call_id();
     artifact.name = name;
     artifact.type = type;
     artifact.size_bytes = stamp.first;
@@ -92,6 +110,14 @@ Result<Collected> ArtifactCollector::collect(conversation::LazySandbox& sandbox,
     collected.artifacts.push_back(std::move(artifact));
   }
   return collected;
+}
+
+Result<void> remove_artifacts(const std::filesystem::path& store_dir,
+                              std::string_view conversation_id) {
+  if (conversation_id.empty() || conversation_id.find_first_of("/.") != std::string_view::npos) {
+    return make_error(ErrorCode::kInvalidArgument, "bad conversation id '{}'", conversation_id);
+  }
+  return remove_tree(store_dir / conversation_id);
 }
 
 }  // namespace quarry::agent

@@ -1,7 +1,7 @@
 // Artifacts: the files an analysis writes to the output directory, copied out of the sandbox
 // after each command and stored with the conversation (they outlive the sandbox).
 //
-//   <state>/artifacts/<conversation>/<turn>/<name>
+//   <state>/artifacts/<conversation>/<turn>/<tool call>/<name>
 #pragma once
 
 #include <array>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "conversation/conversation_manager.h"
 #include "conversation/history_store.h"
-#include "conversation/lazy_sandbox.h"
 
 namespace quarry::agent {
 
@@ -31,10 +31,10 @@ class ArtifactCollector {
 
   Result<OutputSnapshot> snapshot(conversation::LazySandbox& sandbox) const;
   // Copies files that are new or changed since `before`, of the collected types (png, svg,
-  // html, csv, parquet, json) and at most max_file_bytes each, and records them.
-  Result<Collected> collect(conversation::LazySandbox& sandbox, const OutputSnapshot& before,
-                            conversation::HistoryStore& history, const std::string& conversation_id,
-                            int turn) const;
+  // html, csv, parquet, json) and at most max_file_bytes each, and records them under the
+  // turn's current step.
+  Result<Collected> collect(conversation::Turn& turn, const OutputSnapshot& before,
+                            conversation::HistoryStore& history) const;
 
   const std::string& output_dir() const { return output_dir_; }
 
@@ -50,5 +50,10 @@ inline constexpr std::array<std::string_view, 6> kArtifactTypes = {"png", "svg",
 
 // "png" for "chart.png", or "" when the type is not one that is collected.
 std::string artifact_type(std::string_view path);
+
+// Removes the stored files of a conversation's artifacts (under `store_dir`, as a collector
+// with that directory stores them).
+Result<void> remove_artifacts(const std::filesystem::path& store_dir,
+                              std::string_view conversation_id);
 
 }  // namespace quarry::agent

@@ -63,6 +63,18 @@ Failure classify(const sandbox::ExecResult& result, const std::vector<std::strin
   return {FailureKind::kCode, "", "Read the error above, fix the code, and run it again."};
 }
 
+std::string_view to_string(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::kNone:
+      return "";
+    case FailureKind::kCode:
+      return "code";
+    case FailureKind::kEnvironment:
+      return "environment";
+  }
+  return "";
+}
+
 std::string describe(const Failure& failure) {
   switch (failure.kind) {
     case FailureKind::kNone:

@@ -20,6 +20,9 @@ struct Failure {
 // `packages`: what the sandbox's Python has (sandbox.packages), named when a module is missing.
 Failure classify(const sandbox::ExecResult& result, const std::vector<std::string>& packages);
 
+// "code", "environment" or "" (none), as the API shows a failure's kind.
+std::string_view to_string(FailureKind kind);
+
 // "Code error: ..." or "Environment error (out of memory): ..." or "".
 std::string describe(const Failure& failure);
 

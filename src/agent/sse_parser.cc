@@ -48,6 +48,7 @@ void SseParser::take_line(std::string_view line, std::vector<SseEvent>& events) 
     // Every data line added its text and a '\n', so an event with data is not empty.
     if (!event_.data.empty()) {
       event_.data.pop_back();
+      event_.id = last_id_;
       events.push_back(std::move(event_));
     }
     event_ = SseEvent{};
@@ -66,8 +67,10 @@ void SseParser::take_line(std::string_view line, std::vector<SseEvent>& events) 
     event_.data.push_back('\n');
   } else if (field == "event") {
     event_.event = std::string(value);
+  } else if (field == "id" && value.find('\0') == std::string_view::npos) {
+    last_id_ = std::string(value);
   }
-  // "id" and "retry" matter to browsers reconnecting, not to one HTTP response.
+  // "retry" matters to browsers reconnecting, not to a client reading one response.
 }
 
 }  // namespace quarry::agent

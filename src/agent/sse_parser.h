@@ -13,6 +13,7 @@ namespace quarry::agent {
 struct SseEvent {
   std::string event;  // the "event:" field, "" for the default type ("message")
   std::string data;   // the "data:" lines joined with '\n'
+  std::string id;     // the last "id:" field seen so far in the stream, as the standard keeps it
 };
 
 class SseParser {
@@ -30,6 +31,7 @@ class SseParser {
   bool after_cr_ = false;  // the last byte was '\r', so a '\n' right after it ends nothing
   bool started_ = false;   // past a possible byte order mark
   SseEvent event_;
+  std::string last_id_;
 };
 
 }  // namespace quarry::agent

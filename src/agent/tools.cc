@@ -84,6 +84,12 @@ std::string cut_middle_text(std::string_view text) {
   return conversation::cut_middle(text, 300);
 }
 
+ToolResult succeeded(std::string content) {
+  ToolResult result;
+  result.content = std::move(content);
+  return result;
+}
+
 ToolResult failed(std::string message) {
   ToolResult result;
   result.ok = false;
@@ -149,8 +155,19 @@ Toolbox::Toolbox(ToolEnvironment environment)
       collector_(environment_.config.sandbox.output_dir, environment_.state_dir / "artifacts",
                  kMaxArtifactBytes) {}
 
-ToolResult Toolbox::call(std::string_view name, std::string_view arguments_text,
-                         conversation::Turn& turn, int cancel_fd) {
+ToolResult Toolbox::call(const ToolCall& call, conversation::Turn& turn, const ToolIo& io) {
+  const auto started = std::chrono::steady_clock::now();
+  turn.set_step(call.id, call.name);
+  ToolResult result = dispatch(call, turn, io);
+  turn.set_step("", "");
+  result.elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  return result;
+}
+
+ToolResult Toolbox::dispatch(const ToolCall& call, conversation::Turn& turn, const ToolIo& io) {
+  const std::string_view name = call.name;
+  const std::string_view arguments_text = call.arguments;
   auto definition = std::find_if(definitions_.begin(), definitions_.end(),
                                  [&](const ToolSchema& d) { return d.name == name; });
   if (definition == definitions_.end()) {
@@ -172,14 +189,17 @@ ToolResult Toolbox::call(std::string_view name, std::string_view arguments_text,
   if (name == "query_database") return query_database(arguments);
   if (name == "export_query") return export_query(arguments, turn);
   if (name == "write_file") return write_file(arguments, turn);
-  if (name == "run_python") return run_python(arguments, turn, cancel_fd);
+  if (name == "run_python") return run_python(arguments, turn, io);
   return list_outputs(turn);
 }
 
 ToolResult Toolbox::query_database(const nlohmann::json& arguments) {
+  if (!environment_.database) {
+    return failed(fmt::format("query_database: {}", environment_.database.error().message));
+  }
   const auto& database = environment_.config.database;
   auto result =
-      data::query_database(environment_.database.reader, arguments["sql"].get<std::string>(),
+      data::query_database(environment_.database->reader, arguments["sql"].get<std::string>(),
                            {database.query_max_rows, database.statement_timeout});
   if (!result) return failed(result.error().message + "\nFix the SQL and try again.");
   ToolResult tool;
@@ -188,10 +208,13 @@ ToolResult Toolbox::query_database(const nlohmann::json& arguments) {
 }
 
 ToolResult Toolbox::export_query(const nlohmann::json& arguments, conversation::Turn& turn) {
+  if (!environment_.database) {
+    return failed(fmt::format("export_query: {}", environment_.database.error().message));
+  }
   const auto& config = environment_.config;
   data::SandboxExportRequest request;
   request.data_dir = config.sandbox.data_dir;
-  request.conninfo = environment_.database.reader;
+  request.conninfo = environment_.database->reader;
   request.sql = arguments["sql"].get<std::string>();
   request.filename = arguments["filename"].get<std::string>();
   request.options = data::export_options(config);
@@ -237,7 +260,7 @@ ToolResult Toolbox::write_file(const nlohmann::json& arguments, conversation::Tu
 }
 
 ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Turn& turn,
-                               int cancel_fd) {
+                               const ToolIo& io) {
   const bool has_path = arguments.contains("path");
   const bool has_code = arguments.contains("code");
   if (has_path == has_code) {
@@ -264,7 +287,8 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
   request.argv = {"python", script};
   request.timeout = environment_.config.sandbox.exec_timeout;
   request.output_limit = environment_.config.sandbox.output_limit_bytes;
-  request.cancel_fd = cancel_fd;
+  request.cancel_fd = io.cancel_fd;
+  request.on_output = io.on_output;
   auto execution = sandbox.execute(request);
   if (!execution) {
     ToolResult tool = failed(fmt::format("run_python: {}", execution.error().message));
@@ -295,8 +319,7 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
                            format_size(request.output_limit));
   }
 
-  auto collected = collector_.collect(sandbox, *before, environment_.history,
-                                      turn.conversation_id(), turn.number());
+  auto collected = collector_.collect(turn, *before, environment_.history);
   if (collected) {
     for (const auto& artifact : collected->artifacts) {
       content += fmt::format("\nSaved for the user: {}/{} ({}, {})",
@@ -342,14 +365,14 @@ ToolResult Toolbox::list_outputs(conversation::Turn& turn) {
   auto files = turn.sandbox().list_files(environment_.config.sandbox.output_dir);
   if (!files) return failed(fmt::format("list_outputs: {}", files.error().message));
   if (files->empty()) {
-    return {fmt::format("{} is empty.", environment_.config.sandbox.output_dir), true, {}, {}, {}};
+    return succeeded(fmt::format("{} is empty.", environment_.config.sandbox.output_dir));
   }
   std::string content;
   for (const auto& file : *files) {
     content += file.is_directory ? fmt::format("{}/\n", file.path)
                                  : fmt::format("{} ({})\n", file.path, format_size(file.size));
   }
-  return {content, true, {}, {}, {}};
+  return succeeded(std::move(content));
 }
 
 }  // namespace quarry::agent

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -20,7 +21,8 @@ namespace quarry::agent {
 
 struct ToolEnvironment {
   const Config& config;
-  data::DatabaseTarget database;
+  // The database to query, or why there is none (the data tools then say so to the model).
+  Result<data::DatabaseTarget> database;
   conversation::HistoryStore& history;
   std::filesystem::path state_dir;  // export temp files, artifacts
 };
@@ -28,10 +30,18 @@ struct ToolEnvironment {
 struct ToolResult {
   std::string content;                      // what the model reads
   bool ok = true;                           // false: the call failed and the model should act on it
+  double elapsed_ms = 0;                    // the whole call, as the server measured it
   Failure failure;                          // run_python: what kind of failure
   std::optional<sandbox::ExecResult> exec;  // run_python's metering (the full record is in history)
   std::vector<conversation::Artifact> artifacts;  // collected by this call
   bool cancelled = false;                         // stopped through cancel_fd: the turn ends here
+};
+
+// What a call may do besides returning its result.
+struct ToolIo {
+  int cancel_fd = -1;  // readable: stop a running command (the result is `cancelled`)
+  // A running command's output as it arrives (all of it; the result keeps it up to a limit).
+  std::function<void(sandbox::OutputStream, std::string_view)> on_output;
 };
 
 class Toolbox {
@@ -40,15 +50,17 @@ class Toolbox {
 
   const std::vector<ToolSchema>& definitions() const { return definitions_; }
 
-  // `arguments` is the JSON text the model sent. `cancel_fd` readable stops a running command.
-  ToolResult call(std::string_view name, std::string_view arguments, conversation::Turn& turn,
-                  int cancel_fd = -1);
+  // Runs `call` (its arguments are the JSON text the model sent) as the turn's current step:
+  // what it executes and saves is recorded under the call's id.
+  ToolResult call(const ToolCall& call, conversation::Turn& turn, const ToolIo& io = {});
 
  private:
+  ToolResult dispatch(const ToolCall& call, conversation::Turn& turn, const ToolIo& io);
   ToolResult query_database(const nlohmann::json& arguments);
   ToolResult export_query(const nlohmann::json& arguments, conversation::Turn& turn);
   ToolResult write_file(const nlohmann::json& arguments, conversation::Turn& turn);
-  ToolResult run_python(const nlohmann::json& arguments, conversation::Turn& turn, int cancel_fd);
+  ToolResult run_python(const nlohmann::json& arguments, conversation::Turn& turn,
+                        const ToolIo& io);
   ToolResult list_outputs(conversation::Turn& turn);
 
   ToolEnvironment environment_;

@@ -118,7 +118,10 @@ class Printer {
         break;
       case Kind::kError:
         end_text();
-        break;  // reported by the caller
+        break;              // reported by the caller
+      case Kind::kOutput:   // shown with the step's result, up to its first lines
+      case Kind::kSandbox:  // in the history: quarry conversations show --events
+        break;
     }
   }
 
@@ -146,13 +149,13 @@ int ask(Context& context, const AskOptions& options) {
 
   std::string id = options.conversation_id;
   if (id.empty()) {
-    std::string title = options.question.substr(0, 80);
-    ASSIGN_OR_RETURN_CLI(auto created, history->create_conversation(title));
+    // Named by its first question when the turn begins.
+    ASSIGN_OR_RETURN_CLI(auto created, history->create_conversation(""));
     id = created.id;
   }
 
   agent::Toolbox toolbox({*config, database, *history, context.state_dir()});
-  agent::Agent agent(*model, manager, *history, toolbox, agent::system_prompt(*config),
+  agent::Agent agent(model.get(), manager, *history, toolbox, agent::system_prompt(*config),
                      agent::agent_options(*config));
 
   CancelSignals cancel;

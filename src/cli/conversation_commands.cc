@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "common/units.h"
 #include "conversation/conversation_manager.h"
+#include "conversation/history_json.h"
 #include "sandbox/metering.h"
 
 namespace quarry::cli {
@@ -40,14 +41,6 @@ std::string one_line(std::string_view text, size_t width) {
   return line;
 }
 
-nlohmann::json to_json(const Conversation& conversation) {
-  return {{"id", conversation.id},
-          {"title", conversation.title},
-          {"turns", conversation.turns},
-          {"created_at_ms", to_unix_ms(conversation.created_at)},
-          {"updated_at_ms", to_unix_ms(conversation.updated_at)}};
-}
-
 std::string exec_line(const sandbox::ExecResult& r) {
   std::string line =
       fmt::format("exit {}, run {:.0f} ms, cpu {:.0f} ms, peak {} of {}, overhead {:.2f} ms",
@@ -74,45 +67,16 @@ int show(conversation::HistoryStore& history, const ConversationOptions& options
   }
 
   if (options.show_json) {
-    nlohmann::json json = to_json(*conversation);
-    json["sandbox"] = {
-        {"state", reference->state}, {"id", reference->sandbox_id}, {"files", reference->files}};
-    json["messages"] = nlohmann::json::array();
-    for (const auto& m : *messages) {
-      json["messages"].push_back({{"turn", m.turn},
-                                  {"role", conversation::to_string(m.role)},
-                                  {"content", m.content},
-                                  {"tool_calls", m.tool_calls},
-                                  {"tool_call_id", m.tool_call_id},
-                                  {"created_at_ms", to_unix_ms(m.created_at)}});
+    auto document = conversation::conversation_document(history, conversation->id);
+    if (!document) return report(document.error());
+    // On this machine the files are at hand: say where each artifact is stored.
+    for (auto& artifact : (*document)["artifacts"]) {
+      for (const auto& a : *artifacts) {
+        if (a.id == artifact["id"]) artifact["path"] = a.location;
+      }
     }
-    json["events"] = nlohmann::json::array();
-    for (const auto& e : *events) {
-      json["events"].push_back({{"turn", e.turn},
-                                {"kind", e.kind},
-                                {"sandbox_id", e.sandbox_id},
-                                {"reason", e.reason},
-                                {"details", e.details},
-                                {"created_at_ms", to_unix_ms(e.created_at)}});
-    }
-    json["execs"] = nlohmann::json::array();
-    for (const auto& x : *execs) {
-      auto exec = sandbox::to_json(x.result);
-      exec["turn"] = x.turn;
-      exec["sandbox_id"] = x.sandbox_id;
-      exec["command"] = x.command;
-      exec["started_at_ms"] = to_unix_ms(x.started_at);
-      json["execs"].push_back(std::move(exec));
-    }
-    json["artifacts"] = nlohmann::json::array();
-    for (const auto& a : *artifacts) {
-      json["artifacts"].push_back({{"turn", a.turn},
-                                   {"name", a.name},
-                                   {"type", a.type},
-                                   {"size_bytes", a.size_bytes},
-                                   {"location", a.location}});
-    }
-    std::cout << json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    std::cout << document->dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+              << std::endl;
     return 0;
   }
 
@@ -196,7 +160,7 @@ std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& 
     if (opts.ls_json) {
       nlohmann::json json = nlohmann::json::array();
       for (const auto& conversation : *list) {
-        auto entry = to_json(conversation);
+        auto entry = conversation::to_json(conversation);
         entry["sandbox_state"] = state_of(conversation.id);
         json.push_back(std::move(entry));
       }

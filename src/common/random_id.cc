@@ -1,9 +1,11 @@
 #include "common/random_id.h"
 
 #include <fmt/format.h>
+#include <openssl/rand.h>
 
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 
 namespace quarry {
 
@@ -11,6 +13,19 @@ std::string random_id() {
   std::random_device random;
   uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
   return fmt::format("{:012x}", bits & 0xffffffffffffULL);
+}
+
+std::string random_secret() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    // OpenSSL could not seed its generator: never hand out a guessable secret.
+    throw std::runtime_error("OpenSSL's random generator failed");
+  }
+  std::string hex;
+  hex.reserve(2 * sizeof bytes);
+  for (unsigned char byte : bytes)
+    hex += fmt::format("{:02x}", byte);
+  return hex;
 }
 
 }  // namespace quarry

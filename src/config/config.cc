@@ -308,6 +308,42 @@ Result<void> parse_model(const Walker& walk, const YAML::Node& node, ModelConfig
   return {};
 }
 
+Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConfig& out) {
+  RETURN_IF_ERROR(walk.check_map(
+      node, "server",
+      {"listen", "tokens_file", "max_body", "shutdown_grace", "workers", "session_lifetime"}));
+  if (node.IsNull()) return {};
+  if (auto value = node["listen"]) {
+    ASSIGN_OR_RETURN(out.listen, walk.scalar(value, "server.listen"));
+    auto colon = out.listen.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == out.listen.size()) {
+      return walk.fail(value, "server.listen",
+                       "'{}' must be host:port, e.g. 127.0.0.1:8080 or [::1]:8080", out.listen);
+    }
+  }
+  if (auto value = node["tokens_file"]) {
+    ASSIGN_OR_RETURN(out.tokens_file, walk.scalar(value, "server.tokens_file"));
+  }
+  if (auto value = node["max_body"]) {
+    ASSIGN_OR_RETURN(out.max_body, walk.size(value, "server.max_body"));
+    if (out.max_body < kKiB || out.max_body > kGiB) {
+      return walk.fail(value, "server.max_body", "must be between 1 KiB and 1 GiB");
+    }
+  }
+  if (auto value = node["shutdown_grace"]) {
+    ASSIGN_OR_RETURN(out.shutdown_grace, walk.duration(value, "server.shutdown_grace"));
+  }
+  if (auto value = node["workers"]) {
+    ASSIGN_OR_RETURN(auto workers, walk.count(value, "server.workers", 1, 1024));
+    out.workers = static_cast<uint32_t>(workers);
+  }
+  if (auto value = node["session_lifetime"]) {
+    ASSIGN_OR_RETURN(out.session_lifetime,
+                     walk.positive_duration(value, "server.session_lifetime"));
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<void> validate_resources(const ResourceLimits& resources) {
@@ -337,7 +373,8 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
   Config config;
   config.source = std::string(source);
   if (root.IsNull()) return config;  // an empty file means all defaults
-  RETURN_IF_ERROR(walk.check_map(root, "", {"sandbox", "database", "conversations", "model"}));
+  RETURN_IF_ERROR(
+      walk.check_map(root, "", {"sandbox", "database", "conversations", "model", "server"}));
   try {
     if (auto sandbox = root["sandbox"])
       RETURN_IF_ERROR(parse_sandbox(walk, sandbox, config.sandbox));
@@ -346,6 +383,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
     if (auto conversations = root["conversations"])
       RETURN_IF_ERROR(parse_conversations(walk, conversations, config.conversations));
     if (auto model = root["model"]) RETURN_IF_ERROR(parse_model(walk, model, config.model));
+    if (auto server = root["server"]) RETURN_IF_ERROR(parse_server(walk, server, config.server));
   } catch (const YAML::Exception& error) {
     return make_error(ErrorCode::kInvalidArgument, "{}:{}: {}", source, error.mark.line + 1,
                       error.msg);

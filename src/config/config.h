@@ -92,11 +92,24 @@ struct ModelConfig {
   std::string ca_file;
 };
 
+// quarry serve: the HTTP API.
+struct ServerConfig {
+  std::string listen = "127.0.0.1:8080";  // host:port
+  // API tokens (quarry token create); "" means <state>/tokens.json. Without the file the server
+  // has one user, "local", and listens on loopback only.
+  std::string tokens_file;
+  uint64_t max_body = kMiB;                            // largest request body
+  Duration shutdown_grace = std::chrono::seconds(30);  // running turns may finish in this
+  uint32_t workers = 8;                                // turns and cells running at once
+  Duration session_lifetime = std::chrono::hours(12);  // a browser sign-in lasts this long
+};
+
 struct Config {
   SandboxConfig sandbox;
   DatabaseConfig database;
   ConversationsConfig conversations;
   ModelConfig model;
+  ServerConfig server;
   // Where the configuration came from, for messages ("built-in defaults" if no file).
   std::string source = "built-in defaults";
 };

@@ -74,38 +74,110 @@ ConversationManager::ConversationManager(sandbox::SandboxProvider& provider, His
 
 Result<void> ConversationManager::record(std::string_view conversation_id, int turn,
                                          std::string_view kind, std::string_view sandbox_id,
-                                         std::string_view reason, nlohmann::json details) {
+                                         std::string_view reason, nlohmann::json details,
+                                         const EventSink& sink) {
   Event event;
   event.turn = turn;
   event.kind = std::string(kind);
   event.sandbox_id = std::string(sandbox_id);
   event.reason = std::string(reason);
   event.details = std::move(details);
-  RETURN_IF_ERROR(history_.record_event(conversation_id, std::move(event)));
+  ASSIGN_OR_RETURN(event, history_.record_event(conversation_id, std::move(event)));
+  if (sink) sink(event);
   return {};
+}
+
+Result<void> ConversationManager::record(TurnContext& turn, std::string_view kind,
+                                         std::string_view sandbox_id, std::string_view reason,
+                                         nlohmann::json details) {
+  return record(turn.conversation_id, turn.number, kind, sandbox_id, reason, std::move(details),
+                turn.on_event);
 }
 
 Result<void> ConversationManager::move(std::string_view conversation_id, int turn,
                                        SandboxReference& reference, SandboxLifecycle to,
-                                       std::string_view reason) {
+                                       std::string_view reason, const EventSink& sink) {
   const SandboxLifecycle from = state_of(reference);
   RETURN_IF_ERROR(check_transition(from, to));
   reference.state = std::string(to_string(to));
   RETURN_IF_ERROR(history_.set_sandbox_reference(conversation_id, reference));
   return record(conversation_id, turn, "state", reference.sandbox_id, reason,
-                {{"from", to_string(from)}, {"to", to_string(to)}});
+                {{"from", to_string(from)}, {"to", to_string(to)}}, sink);
 }
 
-Result<std::unique_ptr<Turn>> ConversationManager::begin_turn(std::string_view conversation_id) {
+Result<void> ConversationManager::move(TurnContext& turn, SandboxLifecycle to,
+                                       std::string_view reason) {
+  return move(turn.conversation_id, turn.number, turn.reference, to, reason, turn.on_event);
+}
+
+Result<std::unique_ptr<Turn>> ConversationManager::begin_turn(std::string_view conversation_id,
+                                                              TurnKind kind, EventSink on_event) {
   // Existence first, so an unknown id is "not found" rather than a lock file.
   ASSIGN_OR_RETURN(auto conversation, history_.conversation(conversation_id));
   ASSIGN_OR_RETURN(auto lock, history_.try_lock_turn(conversation.id));
-  ASSIGN_OR_RETURN(int number, history_.begin_turn(conversation.id));
+  RETURN_IF_ERROR(finish_interrupted_turn(conversation.id));
+  ASSIGN_OR_RETURN(int number, history_.begin_turn(conversation.id, kind));
   TurnContext context;
   context.conversation_id = conversation.id;
   context.number = number;
+  context.kind = kind;
+  context.on_event = std::move(on_event);
   ASSIGN_OR_RETURN(context.reference, history_.sandbox_reference(conversation.id));
   return std::unique_ptr<Turn>(new Turn(*this, std::move(lock), std::move(context)));
+}
+
+Result<bool> ConversationManager::finish_interrupted_turn(const std::string& conversation_id) {
+  ASSIGN_OR_RETURN(auto turns, history_.turns(conversation_id));
+  if (turns.empty() || turns.back().status != TurnStatus::kRunning) return false;
+  const int number = turns.back().number;
+  RETURN_IF_ERROR(
+      history_.finish_turn(conversation_id, number, TurnStatus::kInterrupted, kInterruptedReason));
+  ASSIGN_OR_RETURN(auto reference, history_.sandbox_reference(conversation_id));
+  if (state_of(reference) == kBusy) {
+    // Its command may still be running in the sandbox; it must not go on writing files under
+    // the next turn.
+    auto stopped = provider_.stop_commands(reference.sandbox_id);
+    if (stopped && *stopped > 0) {
+      RETURN_IF_ERROR(record(conversation_id, number, "commands_stopped", reference.sandbox_id,
+                             "interrupted", {{"commands", *stopped}}));
+    } else if (!stopped && stopped.error().code != ErrorCode::kNotFound &&
+               stopped.error().code != ErrorCode::kUnavailable) {
+      return std::unexpected(
+          stopped.error().with_context("stopping an interrupted turn's commands"));
+    }
+  }
+  spdlog::info("conversation {}: turn {} was interrupted (its process stopped)", conversation_id,
+               number);
+  return true;
+}
+
+Result<std::vector<std::pair<std::string, int>>> ConversationManager::finish_interrupted_turns() {
+  ASSIGN_OR_RETURN(auto unfinished, history_.unfinished_turns());
+  std::vector<std::pair<std::string, int>> finished;
+  for (const auto& [conversation_id, turn] : unfinished) {
+    auto lock = history_.try_lock_turn(conversation_id);
+    if (!lock) {
+      if (lock.error().code == ErrorCode::kAborted) continue;  // its process is alive
+      return std::unexpected(lock.error());
+    }
+    ASSIGN_OR_RETURN(bool done, finish_interrupted_turn(conversation_id));
+    if (done) finished.emplace_back(conversation_id, turn.number);
+  }
+  return finished;
+}
+
+Result<void> ConversationManager::delete_conversation(std::string_view conversation_id) {
+  ASSIGN_OR_RETURN(auto conversation, history_.conversation(conversation_id));
+  ASSIGN_OR_RETURN(auto lock, history_.try_lock_turn(conversation.id));
+  ASSIGN_OR_RETURN(auto reference, history_.sandbox_reference(conversation.id));
+  const SandboxLifecycle state = state_of(reference);
+  if ((holds_sandbox(state) || state == kStarting) && !reference.sandbox_id.empty()) {
+    if (auto destroyed = provider_.destroy(reference.sandbox_id);
+        !destroyed && destroyed.error().code != ErrorCode::kNotFound) {
+      return std::unexpected(destroyed.error().with_context("deleting the conversation's sandbox"));
+    }
+  }
+  return history_.delete_conversation(conversation.id);
 }
 
 Result<std::string> ConversationManager::acquire(TurnContext& turn) {
@@ -120,7 +192,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
       return std::unexpected(alive.error().with_context("checking the conversation's sandbox"));
     }
     if (alive && *alive) {
-      RETURN_IF_ERROR(move(conversation, turn.number, reference, kBusy, ""));
+      RETURN_IF_ERROR(move(turn, kBusy, ""));
       return reference.sandbox_id;
     }
     // Killed, crashed or deleted behind our back: drop it, remove what is left of it.
@@ -128,7 +200,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
     state = kDead;
   } else if (state == kStarting) {
     // A process died while creating it; whatever it made is not to be trusted.
-    RETURN_IF_ERROR(move(conversation, turn.number, reference, kDead, "creation interrupted"));
+    RETURN_IF_ERROR(move(turn, kDead, "creation interrupted"));
     if (!reference.sandbox_id.empty()) (void)provider_.destroy(reference.sandbox_id);
     state = kDead;
   }
@@ -137,7 +209,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   const SandboxLifecycle previous = state;
   const std::string previous_id = reference.sandbox_id;
   const std::vector<std::string> lost_files = reference.files;
-  RETURN_IF_ERROR(move(conversation, turn.number, reference, kStarting, ""));
+  RETURN_IF_ERROR(move(turn, kStarting, ""));
   sandbox::SandboxSpec spec = options_.spec;
   spec.labels[std::string(kInstanceLabel)] = options_.instance_id;
   spec.labels[std::string(kBootLabel)] = boot_id_;
@@ -145,7 +217,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   auto created = provider_.create(spec);
   if (!created) {
     reference.sandbox_id.clear();
-    (void)move(conversation, turn.number, reference, kDead, "creation failed");
+    (void)move(turn, kDead, "creation failed");
     return std::unexpected(created.error().with_context("starting a sandbox"));
   }
   reference.sandbox_id = created->id;
@@ -153,33 +225,45 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   RETURN_IF_ERROR(history_.set_sandbox_reference(conversation, reference));
   if (auto prepared = provider_.prepare(created->id, options_.prepare); !prepared) {
     (void)provider_.destroy(created->id);
-    (void)move(conversation, turn.number, reference, kDead, "preparation failed");
+    (void)move(turn, kDead, "preparation failed");
     return std::unexpected(prepared.error().with_context("preparing a sandbox"));
   }
-  RETURN_IF_ERROR(move(conversation, turn.number, reference, kAssigned, ""));
-  RETURN_IF_ERROR(record(conversation, turn.number, "sandbox_ready", created->id, ""));
+  RETURN_IF_ERROR(move(turn, kAssigned, ""));
+  RETURN_IF_ERROR(record(turn, "sandbox_ready", created->id, ""));
   if (previous == kDead || (previous == kDeleted && !previous_id.empty())) {
     if (previous == kDead) {
-      RETURN_IF_ERROR(record(conversation, turn.number, "sandbox_replaced", created->id, "dead",
+      RETURN_IF_ERROR(record(turn, "sandbox_replaced", created->id, "dead",
                              {{"previous", previous_id}, {"lost_files", lost_files}}));
     }
     turn.notice = replacement_notice(previous, lost_files, options_.idle_timeout);
   }
-  RETURN_IF_ERROR(move(conversation, turn.number, reference, kBusy, ""));
+  RETURN_IF_ERROR(move(turn, kBusy, ""));
   return reference.sandbox_id;
 }
 
 Result<void> ConversationManager::mark_dead(TurnContext& turn, std::string_view why) {
   auto& reference = turn.reference;
-  RETURN_IF_ERROR(move(turn.conversation_id, turn.number, reference, kDead, why));
+  RETURN_IF_ERROR(move(turn, kDead, why));
   (void)provider_.destroy(reference.sandbox_id);
-  return record(turn.conversation_id, turn.number, "sandbox_deleted", reference.sandbox_id, "dead");
+  return record(turn, "sandbox_deleted", reference.sandbox_id, "dead");
+}
+
+void ConversationManager::finish_turn(TurnContext& turn, TurnStatus status,
+                                      std::string_view error) {
+  if (turn.finished) return;
+  turn.finished = true;
+  if (auto recorded = history_.finish_turn(turn.conversation_id, turn.number, status, error);
+      !recorded) {
+    spdlog::warn("conversation {}: could not record how turn {} ended: {}", turn.conversation_id,
+                 turn.number, recorded.error().message);
+  }
 }
 
 void ConversationManager::end_turn(TurnContext& turn) {
+  finish_turn(turn, TurnStatus::kFailed, "the turn ended without a result");
   if (state_of(turn.reference) != kBusy) return;
   turn.reference.last_used_at = clock_.now();
-  if (auto moved = move(turn.conversation_id, turn.number, turn.reference, kIdle, ""); !moved) {
+  if (auto moved = move(turn, kIdle, ""); !moved) {
     spdlog::warn("conversation {}: could not record the end of turn {}: {}", turn.conversation_id,
                  turn.number, moved.error().message);
   }
@@ -279,6 +363,15 @@ Turn::~Turn() {
   manager_.end_turn(context_);
 }
 
+void Turn::set_step(std::string_view tool_call_id, std::string_view tool) {
+  context_.step_call_id = std::string(tool_call_id);
+  context_.step_tool = std::string(tool);
+}
+
+void Turn::finish(TurnStatus status, std::string_view error) {
+  manager_.finish_turn(context_, status, error);
+}
+
 template <typename Call>
 auto LazySandbox::on_sandbox(std::string_view why, Call&& call) {
   using Returned = decltype(call(std::string()));
@@ -327,6 +420,8 @@ Result<Execution> LazySandbox::execute(sandbox::ExecRequest request) {
   }
   ExecRecord record;
   record.turn = turn_.number;
+  record.tool_call_id = turn_.step_call_id;
+  record.tool = turn_.step_tool;
   record.sandbox_id = id;
   record.command = command_line(request.argv);
   record.result = *result;

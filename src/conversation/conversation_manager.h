@@ -29,6 +29,11 @@ inline constexpr std::string_view kInstanceLabel = "quarry.instance";
 inline constexpr std::string_view kBootLabel = "quarry.boot";
 inline constexpr std::string_view kConversationLabel = "quarry.conversation";
 
+// Why a turn is recorded as interrupted.
+inline constexpr std::string_view kInterruptedReason =
+    "the process running this turn stopped (quarry was killed, crashed or the machine "
+    "restarted)";
+
 struct ManagerOptions {
   std::string instance_id = "local";
   sandbox::SandboxSpec spec;     // resources of new sandboxes; the labels above are added
@@ -54,9 +59,21 @@ class ConversationManager {
   // left (orphans), recording it in their conversations. Returns how many.
   Result<int> destroy_orphans();
 
-  // Starts the next turn of a conversation. Refused with kAborted while another turn of the
-  // same conversation runs, in this process or any other: two turns never share a sandbox.
-  Result<std::unique_ptr<Turn>> begin_turn(std::string_view conversation_id);
+  // Starts the next turn of a conversation, recorded as running. Refused with kAborted while
+  // another turn of the same conversation runs, in this process or any other: two turns never
+  // share a sandbox. A previous turn still recorded as running lost its process (it was killed
+  // or crashed): it is recorded as interrupted and the commands it left running are stopped,
+  // so they cannot change the sandbox under this turn. `on_event` sees this turn's events.
+  Result<std::unique_ptr<Turn>> begin_turn(std::string_view conversation_id,
+                                           TurnKind kind = TurnKind::kAsk, EventSink on_event = {});
+
+  // For a server starting up: every turn recorded as running whose process is gone is recorded
+  // as interrupted (as begin_turn would). Returns them as (conversation id, turn).
+  Result<std::vector<std::pair<std::string, int>>> finish_interrupted_turns();
+
+  // Deletes a conversation: its sandbox, its history and its artifacts' files. Refused with
+  // kAborted while a turn of it runs.
+  Result<void> delete_conversation(std::string_view conversation_id);
 
   // Deletes sandboxes idle longer than the idle timeout (conversations in a turn are left
   // alone). The conversations stay; their next turn gets a new sandbox. Returns how many.
@@ -78,10 +95,19 @@ class ConversationManager {
   void end_turn(TurnContext& turn);
   // Records the transition and stores the new state.
   Result<void> move(std::string_view conversation_id, int turn, SandboxReference& reference,
-                    SandboxLifecycle to, std::string_view reason);
+                    SandboxLifecycle to, std::string_view reason, const EventSink& sink = {});
+  Result<void> move(TurnContext& turn, SandboxLifecycle to, std::string_view reason);
   Result<void> record(std::string_view conversation_id, int turn, std::string_view kind,
                       std::string_view sandbox_id, std::string_view reason,
-                      nlohmann::json details = nlohmann::json::object());
+                      nlohmann::json details = nlohmann::json::object(),
+                      const EventSink& sink = {});
+  Result<void> record(TurnContext& turn, std::string_view kind, std::string_view sandbox_id,
+                      std::string_view reason, nlohmann::json details = nlohmann::json::object());
+  // With the conversation's turn lock held: if its last turn is still recorded as running, its
+  // process died; records it as interrupted and stops what it left running. Returns whether
+  // there was such a turn.
+  Result<bool> finish_interrupted_turn(const std::string& conversation_id);
+  void finish_turn(TurnContext& turn, TurnStatus status, std::string_view error);
   // Destroys the sandbox of a conversation not in a turn and records why; used by the reaper,
   // shutdown and orphan cleanup.
   Result<bool> delete_between_turns(const std::string& conversation_id,
@@ -104,8 +130,16 @@ class Turn {
   Turn& operator=(const Turn&) = delete;
 
   int number() const { return context_.number; }
+  TurnKind kind() const { return context_.kind; }
   const std::string& conversation_id() const { return context_.conversation_id; }
   LazySandbox& sandbox() { return sandbox_; }
+
+  // The tool step that runs next: its executions and artifacts are recorded under its id.
+  void set_step(std::string_view tool_call_id, std::string_view tool);
+  const std::string& step_call_id() const { return context_.step_call_id; }
+
+  // Records how the turn ended. A turn destroyed without it is recorded as failed.
+  void finish(TurnStatus status, std::string_view error = {});
 
  private:
   friend class ConversationManager;

@@ -17,12 +17,41 @@
 
 namespace quarry::conversation {
 
+// The user conversations belong to when no other is named: the one user of a server without
+// tokens, and of the command line.
+inline constexpr std::string_view kLocalUser = "local";
+
 struct Conversation {
   std::string id;
   std::string title;
   int turns = 0;  // turns begun so far
   Clock::time_point created_at;
   Clock::time_point updated_at;
+  std::string owner = std::string(kLocalUser);
+};
+
+// Which conversations to list: newest activity first, optionally one owner's, a page at a time
+// (`after` is the last conversation of the previous page).
+struct ConversationQuery {
+  std::optional<std::string> owner;
+  size_t limit = 0;                                                // 0: all
+  std::optional<std::pair<Clock::time_point, std::string>> after;  // (updated_at, id)
+};
+
+// A turn is a question for the agent or a cell the user runs without the model.
+enum class TurnKind { kAsk, kCell };
+// running -> completed | failed | cancelled; interrupted when the process running it died.
+enum class TurnStatus { kRunning, kCompleted, kFailed, kCancelled, kInterrupted };
+std::string_view to_string(TurnKind kind);
+std::string_view to_string(TurnStatus status);
+
+struct TurnRecord {
+  int number = 0;
+  TurnKind kind = TurnKind::kAsk;
+  TurnStatus status = TurnStatus::kRunning;
+  std::string error;  // why it failed, was cancelled or interrupted
+  Clock::time_point started_at;
+  std::optional<Clock::time_point> finished_at;
 };
 
 enum class Role { kUser, kAssistant, kTool };
@@ -35,6 +64,9 @@ struct Message {
   std::string content;
   nlohmann::json tool_calls;  // assistant: [{id, name, arguments}], else null
   std::string tool_call_id;   // tool: the call this result answers
+  // For people, not the model: a tool result's outcome ({tool, ok, failure, elapsed_ms}), or
+  // {"cell": kind} on the user message that starts a cell. Null when there is nothing to add.
+  nlohmann::json details;
   Clock::time_point created_at;
 };
 
@@ -53,6 +85,8 @@ struct Event {
 struct ExecRecord {
   int64_t id = 0;
   int turn = 0;
+  std::string tool_call_id;  // the tool step that ran it ("" outside one)
+  std::string tool;
   std::string sandbox_id;
   std::string command;
   sandbox::ExecResult result;  // the metering; stdout and stderr are kept up to a limit
@@ -62,11 +96,41 @@ struct ExecRecord {
 struct Artifact {
   int64_t id = 0;
   int turn = 0;
-  std::string name;  // as the sandbox wrote it, e.g. outputs/chart.html
-  std::string type;  // png, svg, html, csv, parquet, json
+  std::string tool_call_id;  // the tool step that wrote it
+  std::string name;          // as the sandbox wrote it, e.g. outputs/chart.html
+  std::string type;          // png, svg, html, csv, parquet, json
   uint64_t size_bytes = 0;
   std::string location;  // where the store keeps its bytes
   Clock::time_point created_at;
+};
+
+// Which executions to read, newest first, a page at a time (ids below `before_id`).
+struct ExecQuery {
+  std::optional<std::string> owner;
+  std::optional<std::string> conversation_id;
+  size_t limit = 0;  // 0: all
+  std::optional<int64_t> before_id;
+};
+
+// Totals over the executions an ExecQuery selects (all of them, not one page).
+struct ExecTotals {
+  int64_t steps = 0;
+  double run_ms = 0;
+  double cpu_ms = 0;
+  double overhead_ms = 0;
+  uint64_t max_peak_memory_bytes = 0;
+  int64_t ooms = 0;
+  int64_t timeouts = 0;
+  int64_t failures = 0;  // exit code not 0
+};
+
+// One event of a turn as it was streamed to its watchers, kept so a dropped stream can resume
+// (and a finished turn be replayed) from any point. `data` is the event's JSON text.
+struct StreamEvent {
+  int turn = 0;
+  int64_t seq = 0;  // 1, 2, ... within the turn
+  std::string type;
+  std::string data;
 };
 
 // Which sandbox a conversation holds and in what lifecycle state; survives restarts so a later
@@ -92,11 +156,24 @@ class HistoryStore {
   // process or another) holds it.
   virtual Result<std::unique_ptr<TurnLock>> try_lock_turn(std::string_view conversation_id) = 0;
 
-  virtual Result<Conversation> create_conversation(std::string_view title) = 0;
+  virtual Result<Conversation> create_conversation(std::string_view title,
+                                                   std::string_view owner = kLocalUser) = 0;
   virtual Result<Conversation> conversation(std::string_view id) = 0;
-  virtual Result<std::vector<Conversation>> conversations() = 0;
-  // Starts the next turn of a conversation and returns its number (1, 2, ...).
-  virtual Result<int> begin_turn(std::string_view conversation_id) = 0;
+  virtual Result<std::vector<Conversation>> conversations(const ConversationQuery& query = {}) = 0;
+  // Sets the title if it is still empty (a conversation is named by its first question).
+  virtual Result<void> name_conversation(std::string_view id, std::string_view title) = 0;
+  // Removes the conversation and everything recorded of it, in one transaction, and its turn
+  // lock. The caller holds that lock, and removes the sandbox and the artifacts' files.
+  virtual Result<void> delete_conversation(std::string_view id) = 0;
+
+  // Starts the next turn of a conversation, recorded as running, and returns its number
+  // (1, 2, ...).
+  virtual Result<int> begin_turn(std::string_view conversation_id, TurnKind kind) = 0;
+  virtual Result<void> finish_turn(std::string_view conversation_id, int turn, TurnStatus status,
+                                   std::string_view error) = 0;
+  virtual Result<std::vector<TurnRecord>> turns(std::string_view conversation_id) = 0;
+  // Turns still recorded as running, in any conversation: (conversation id, turn).
+  virtual Result<std::vector<std::pair<std::string, TurnRecord>>> unfinished_turns() = 0;
 
   virtual Result<Message> append_message(std::string_view conversation_id, Message message) = 0;
   virtual Result<Event> record_event(std::string_view conversation_id, Event event) = 0;
@@ -108,12 +185,28 @@ class HistoryStore {
   virtual Result<std::vector<Event>> events(std::string_view conversation_id) = 0;
   virtual Result<std::vector<ExecRecord>> execs(std::string_view conversation_id) = 0;
   virtual Result<std::vector<Artifact>> artifacts(std::string_view conversation_id) = 0;
+  // One artifact by its id, with the conversation it belongs to.
+  virtual Result<std::pair<std::string, Artifact>> artifact(int64_t id) = 0;
+
+  // Executions across conversations (with the conversation of each), and their totals.
+  virtual Result<std::vector<std::pair<std::string, ExecRecord>>> find_execs(
+      const ExecQuery& query) = 0;
+  virtual Result<ExecTotals> exec_totals(const ExecQuery& query) = 0;
+
+  virtual Result<void> append_stream_event(std::string_view conversation_id,
+                                           const StreamEvent& event) = 0;
+  // A conversation's stream events after (turn, seq), in order: the rest of that turn and all
+  // of later turns.
+  virtual Result<std::vector<StreamEvent>> stream_events(std::string_view conversation_id, int turn,
+                                                         int64_t after_seq) = 0;
 
   virtual Result<SandboxReference> sandbox_reference(std::string_view conversation_id) = 0;
   virtual Result<void> set_sandbox_reference(std::string_view conversation_id,
                                              const SandboxReference& reference) = 0;
-  // Every conversation's reference, by conversation id (for the idle reaper and shutdown).
-  virtual Result<std::vector<std::pair<std::string, SandboxReference>>> sandbox_references() = 0;
+  // Every conversation's reference, by conversation id (for the idle reaper and shutdown), or
+  // only those of one owner's conversations.
+  virtual Result<std::vector<std::pair<std::string, SandboxReference>>> sandbox_references(
+      const std::optional<std::string>& owner = std::nullopt) = 0;
 };
 
 }  // namespace quarry::conversation

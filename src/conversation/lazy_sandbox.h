@@ -4,6 +4,7 @@
 // replaced it is told, in words, which of its files are gone.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -16,12 +17,22 @@ namespace quarry::conversation {
 
 class ConversationManager;
 
+// Called with each event recorded during a turn (sandbox_ready, sandbox_replaced, ...), so
+// whoever runs the turn can show it as it happens.
+using EventSink = std::function<void(const Event&)>;
+
 // What a turn knows while it runs.
 struct TurnContext {
   std::string conversation_id;
   int number = 0;
+  TurnKind kind = TurnKind::kAsk;
   SandboxReference reference;
   std::optional<std::string> notice;  // for the next execute's result
+  // The tool step running now: executions and artifacts are recorded under it.
+  std::string step_call_id;
+  std::string step_tool;
+  EventSink on_event;
+  bool finished = false;
 };
 
 struct Execution {

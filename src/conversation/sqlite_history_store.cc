@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <unistd.h>
 
 #include <array>
 #include <fstream>
+#include <vector>
 
 #include "common/file_util.h"
 #include "common/random_id.h"
@@ -18,7 +20,7 @@ namespace {
 constexpr int kApplicationId = 0x71727279;
 
 // Migration N takes the schema from version N-1 to N. Append only; never edit a shipped one.
-constexpr std::array<std::string_view, 1> kMigrations = {R"sql(
+constexpr std::array<std::string_view, 2> kMigrations = {R"sql(
 CREATE TABLE conversations (
   id TEXT PRIMARY KEY,
   title TEXT NOT NULL,
@@ -88,7 +90,43 @@ CREATE TABLE sandbox_references (
   last_used_at INTEGER,
   files TEXT NOT NULL
 );
+)sql",
+                                                         R"sql(
+ALTER TABLE conversations ADD COLUMN owner TEXT NOT NULL DEFAULT 'local';
+CREATE INDEX conversations_by_owner ON conversations (owner, updated_at, id);
+CREATE TABLE turns (
+  conversation_id TEXT NOT NULL REFERENCES conversations(id),
+  number INTEGER NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('ask', 'cell')),
+  status TEXT NOT NULL
+    CHECK (status IN ('running', 'completed', 'failed', 'cancelled', 'interrupted')),
+  error TEXT NOT NULL DEFAULT '',
+  started_at INTEGER NOT NULL,
+  finished_at INTEGER,
+  PRIMARY KEY (conversation_id, number)
+) WITHOUT ROWID;
+CREATE INDEX turns_running ON turns (status) WHERE status = 'running';
+-- Turns begun before turns were recorded: how each ended is not known, only that it did.
+INSERT INTO turns (conversation_id, number, kind, status, error, started_at, finished_at)
+  SELECT conversation_id, turn, 'ask', 'completed', '', min(created_at), max(created_at)
+  FROM messages GROUP BY conversation_id, turn;
+ALTER TABLE messages ADD COLUMN details TEXT;
+ALTER TABLE execs ADD COLUMN tool_call_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE execs ADD COLUMN tool TEXT NOT NULL DEFAULT '';
+ALTER TABLE artifacts ADD COLUMN tool_call_id TEXT NOT NULL DEFAULT '';
+CREATE TABLE stream_events (
+  conversation_id TEXT NOT NULL REFERENCES conversations(id),
+  turn INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  data TEXT NOT NULL,
+  PRIMARY KEY (conversation_id, turn, seq)
+) WITHOUT ROWID;
 )sql"};
+
+// Every table holding rows of a conversation, children before the conversations table.
+constexpr std::array<std::string_view, 7> kConversationTables = {
+    "stream_events", "turns", "messages", "events", "execs", "artifacts", "sandbox_references"};
 
 // BEGIN IMMEDIATE ... COMMIT, rolled back if not committed: several statements become one
 // atomic write.
@@ -127,8 +165,9 @@ class Statement {
 
   int prepare_result() const { return rc_; }
   Statement& bind(int index, std::string_view text) {
-    sqlite3_bind_text(statement_, index, text.data(), static_cast<int>(text.size()),
-                      SQLITE_TRANSIENT);
+    // An empty view may have no data: bound as NULL, which NOT NULL columns refuse.
+    sqlite3_bind_text(statement_, index, text.empty() ? "" : text.data(),
+                      static_cast<int>(text.size()), SQLITE_TRANSIENT);
     return *this;
   }
   Statement& bind(int index, int64_t value) {
@@ -142,6 +181,11 @@ class Statement {
   Statement& bind_null(int index) {
     sqlite3_bind_null(statement_, index);
     return *this;
+  }
+  // NULL when there is no value, as the queries' "? IS NULL OR ..." filters expect.
+  template <typename T>
+  Statement& bind(int index, const std::optional<T>& value) {
+    return value ? bind(index, *value) : bind_null(index);
   }
   // SQLITE_ROW, SQLITE_DONE or an error code.
   int step() { return sqlite3_step(statement_); }
@@ -177,6 +221,135 @@ Role role_from(std::string_view text) {
   return Role::kUser;
 }
 
+TurnKind kind_from(std::string_view text) {
+  return text == "cell" ? TurnKind::kCell : TurnKind::kAsk;
+}
+
+TurnStatus status_from(std::string_view text) {
+  for (auto status : {TurnStatus::kRunning, TurnStatus::kCompleted, TurnStatus::kFailed,
+                      TurnStatus::kCancelled, TurnStatus::kInterrupted}) {
+    if (to_string(status) == text) return status;
+  }
+  return TurnStatus::kFailed;
+}
+
+// JSON text from a column; null for NULL or text that does not parse.
+nlohmann::json json_from(const Statement& row, int column) {
+  if (row.is_null(column)) return nullptr;
+  auto value = nlohmann::json::parse(row.text(column), nullptr, false);
+  return value.is_discarded() ? nlohmann::json(nullptr) : value;
+}
+
+std::string json_text(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// A conversation is these columns, in this order, of conversations.
+constexpr std::string_view kConversationColumns = "id, title, turns, created_at, updated_at, owner";
+
+Conversation conversation_from(const Statement& row) {
+  return Conversation{row.text(0),
+                      row.text(1),
+                      static_cast<int>(row.integer(2)),
+                      from_unix_ms(row.integer(3)),
+                      from_unix_ms(row.integer(4)),
+                      row.text(5)};
+}
+
+constexpr std::string_view kTurnColumns = "number, kind, status, error, started_at, finished_at";
+
+TurnRecord turn_from(const Statement& row, int first) {
+  TurnRecord turn;
+  turn.number = static_cast<int>(row.integer(first));
+  turn.kind = kind_from(row.text(first + 1));
+  turn.status = status_from(row.text(first + 2));
+  turn.error = row.text(first + 3);
+  turn.started_at = from_unix_ms(row.integer(first + 4));
+  if (!row.is_null(first + 5)) turn.finished_at = from_unix_ms(row.integer(first + 5));
+  return turn;
+}
+
+// An exec record is these columns of execs, in this order, each after `prefix` (a table
+// alias); `with_output` false reads empty stdout and stderr (lists of many executions leave out
+// up to 2 MiB of output each).
+std::string exec_columns(bool with_output, std::string_view prefix = "") {
+  std::vector<std::string> columns;
+  for (std::string_view column : {"id",
+                                  "turn",
+                                  "tool_call_id",
+                                  "tool",
+                                  "sandbox_id",
+                                  "command",
+                                  "exit_code",
+                                  "signal",
+                                  "stdout",
+                                  "stderr",
+                                  "truncated",
+                                  "run_ms",
+                                  "cpu_ms",
+                                  "peak_memory_bytes",
+                                  "memory_limit_bytes",
+                                  "overhead_ms",
+                                  "oom",
+                                  "timed_out",
+                                  "message",
+                                  "started_at"}) {
+    const bool output = column == "stdout" || column == "stderr";
+    columns.push_back(output && !with_output ? std::string("''")
+                                             : fmt::format("{}{}", prefix, column));
+  }
+  return fmt::format("{}", fmt::join(columns, ", "));
+}
+
+ExecRecord exec_from(const Statement& row, int first) {
+  ExecRecord exec;
+  exec.id = row.integer(first);
+  exec.turn = static_cast<int>(row.integer(first + 1));
+  exec.tool_call_id = row.text(first + 2);
+  exec.tool = row.text(first + 3);
+  exec.sandbox_id = row.text(first + 4);
+  exec.command = row.text(first + 5);
+  auto& r = exec.result;
+  r.exit_code = static_cast<int>(row.integer(first + 6));
+  if (!row.is_null(first + 7)) r.signal = static_cast<int>(row.integer(first + 7));
+  r.stdout_text = row.text(first + 8);
+  r.stderr_text = row.text(first + 9);
+  r.truncated = row.integer(first + 10) != 0;
+  r.run_ms = row.real(first + 11);
+  r.cpu_ms = row.real(first + 12);
+  r.peak_memory_bytes = static_cast<uint64_t>(row.integer(first + 13));
+  r.memory_limit_bytes = static_cast<uint64_t>(row.integer(first + 14));
+  r.overhead_ms = row.real(first + 15);
+  r.oom = row.integer(first + 16) != 0;
+  r.timed_out = row.integer(first + 17) != 0;
+  if (!row.is_null(first + 18)) r.message = row.text(first + 18);
+  exec.started_at = from_unix_ms(row.integer(first + 19));
+  return exec;
+}
+
+constexpr std::string_view kArtifactColumns =
+    "id, turn, tool_call_id, name, type, size_bytes, location, created_at";
+
+Artifact artifact_from(const Statement& row, int first) {
+  Artifact artifact;
+  artifact.id = row.integer(first);
+  artifact.turn = static_cast<int>(row.integer(first + 1));
+  artifact.tool_call_id = row.text(first + 2);
+  artifact.name = row.text(first + 3);
+  artifact.type = row.text(first + 4);
+  artifact.size_bytes = static_cast<uint64_t>(row.integer(first + 5));
+  artifact.location = row.text(first + 6);
+  artifact.created_at = from_unix_ms(row.integer(first + 7));
+  return artifact;
+}
+
+// The executions an ExecQuery selects, as a WHERE clause over execs e joined with
+// conversations c; parameters 1 to 3 are the owner, the conversation and the id bound.
+constexpr std::string_view kExecFilter =
+    "FROM execs e JOIN conversations c ON c.id = e.conversation_id "
+    "WHERE (?1 IS NULL OR c.owner = ?1) AND (?2 IS NULL OR e.conversation_id = ?2) "
+    "AND (?3 IS NULL OR e.id < ?3)";
+
 // A sandbox reference is these columns, in this order, of sandbox_references.
 constexpr std::string_view kReferenceColumns = "state, sandbox_id, last_used_at, files";
 
@@ -191,7 +364,32 @@ SandboxReference reference_from(const Statement& row, int first) {
   return reference;
 }
 
+// SQLite's LIMIT for "at most `limit`", where 0 means no limit.
+int64_t sql_limit(size_t limit) {
+  return limit == 0 ? -1 : static_cast<int64_t>(limit);
+}
+
 }  // namespace
+
+std::string_view to_string(TurnKind kind) {
+  return kind == TurnKind::kCell ? "cell" : "ask";
+}
+
+std::string_view to_string(TurnStatus status) {
+  switch (status) {
+    case TurnStatus::kRunning:
+      return "running";
+    case TurnStatus::kCompleted:
+      return "completed";
+    case TurnStatus::kFailed:
+      return "failed";
+    case TurnStatus::kCancelled:
+      return "cancelled";
+    case TurnStatus::kInterrupted:
+      return "interrupted";
+  }
+  return "failed";
+}
 
 std::string_view to_string(Role role) {
   switch (role) {
@@ -344,16 +542,19 @@ Result<std::unique_ptr<TurnLock>> SqliteHistoryStore::try_lock_turn(
   return std::make_unique<FileTurnLock>(std::move(fd));
 }
 
-Result<Conversation> SqliteHistoryStore::create_conversation(std::string_view title) {
+Result<Conversation> SqliteHistoryStore::create_conversation(std::string_view title,
+                                                             std::string_view owner) {
   std::lock_guard lock(mutex_);
-  Conversation conversation{random_id(), std::string(title), 0, clock_.now(), clock_.now()};
+  Conversation conversation{random_id(),  std::string(title), 0,
+                            clock_.now(), clock_.now(),       std::string(owner)};
   Statement insert(db_,
-                   "INSERT INTO conversations (id, title, turns, created_at, updated_at) "
-                   "VALUES (?, ?, 0, ?, ?)");
+                   "INSERT INTO conversations (id, title, turns, created_at, updated_at, owner) "
+                   "VALUES (?, ?, 0, ?, ?, ?)");
   insert.bind(1, conversation.id)
       .bind(2, conversation.title)
       .bind(3, to_unix_ms(conversation.created_at))
-      .bind(4, to_unix_ms(conversation.updated_at));
+      .bind(4, to_unix_ms(conversation.updated_at))
+      .bind(5, conversation.owner);
   if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "creating a conversation");
   return conversation;
 }
@@ -361,8 +562,7 @@ Result<Conversation> SqliteHistoryStore::create_conversation(std::string_view ti
 Result<Conversation> SqliteHistoryStore::conversation(std::string_view id) {
   std::lock_guard lock(mutex_);
   Statement select(db_,
-                   "SELECT id, title, turns, created_at, updated_at FROM conversations "
-                   "WHERE id = ?");
+                   fmt::format("SELECT {} FROM conversations WHERE id = ?", kConversationColumns));
   select.bind(1, id);
   int rc = select.step();
   if (rc == SQLITE_DONE) {
@@ -370,23 +570,62 @@ Result<Conversation> SqliteHistoryStore::conversation(std::string_view id) {
                       id);
   }
   if (rc != SQLITE_ROW) return sql_error(rc, "reading a conversation");
-  return Conversation{select.text(0), select.text(1), static_cast<int>(select.integer(2)),
-                      from_unix_ms(select.integer(3)), from_unix_ms(select.integer(4))};
+  return conversation_from(select);
 }
 
-Result<std::vector<Conversation>> SqliteHistoryStore::conversations() {
+Result<std::vector<Conversation>> SqliteHistoryStore::conversations(
+    const ConversationQuery& query) {
   std::lock_guard lock(mutex_);
-  Statement select(db_,
-                   "SELECT id, title, turns, created_at, updated_at FROM conversations "
-                   "ORDER BY updated_at DESC, id");
+  Statement select(db_, fmt::format("SELECT {} FROM conversations "
+                                    "WHERE (?1 IS NULL OR owner = ?1) "
+                                    "AND (?2 IS NULL OR (updated_at, id) < (?2, ?3)) "
+                                    "ORDER BY updated_at DESC, id DESC LIMIT ?4",
+                                    kConversationColumns));
+  select.bind(1, query.owner);
+  if (query.after) {
+    select.bind(2, to_unix_ms(query.after->first)).bind(3, query.after->second);
+  }
+  select.bind(4, sql_limit(query.limit));
   std::vector<Conversation> list;
   int rc;
-  while ((rc = select.step()) == SQLITE_ROW) {
-    list.push_back({select.text(0), select.text(1), static_cast<int>(select.integer(2)),
-                    from_unix_ms(select.integer(3)), from_unix_ms(select.integer(4))});
-  }
+  while ((rc = select.step()) == SQLITE_ROW)
+    list.push_back(conversation_from(select));
   if (rc != SQLITE_DONE) return sql_error(rc, "listing conversations");
   return list;
+}
+
+Result<void> SqliteHistoryStore::name_conversation(std::string_view id, std::string_view title) {
+  std::lock_guard lock(mutex_);
+  Statement update(db_, "UPDATE conversations SET title = ? WHERE id = ? AND title = ''");
+  update.bind(1, title).bind(2, id);
+  if (int rc = update.step(); rc != SQLITE_DONE) return sql_error(rc, "naming a conversation");
+  return {};
+}
+
+Result<void> SqliteHistoryStore::delete_conversation(std::string_view id) {
+  std::lock_guard lock(mutex_);
+  Transaction transaction(db_);
+  if (transaction.begin_result() != SQLITE_OK) {
+    return sql_error(transaction.begin_result(), "deleting a conversation");
+  }
+  for (std::string_view table : kConversationTables) {
+    Statement remove(db_, fmt::format("DELETE FROM {} WHERE conversation_id = ?", table));
+    remove.bind(1, id);
+    if (int rc = remove.step(); rc != SQLITE_DONE) return sql_error(rc, "deleting a conversation");
+  }
+  Statement remove(db_, "DELETE FROM conversations WHERE id = ?");
+  remove.bind(1, id);
+  if (int rc = remove.step(); rc != SQLITE_DONE) return sql_error(rc, "deleting a conversation");
+  if (sqlite3_changes(db_) == 0) {
+    return make_error(ErrorCode::kNotFound, "no conversation '{}'", id);
+  }
+  if (int rc = transaction.commit(); rc != SQLITE_OK) {
+    return sql_error(rc, "deleting a conversation");
+  }
+  // The caller holds the turn lock; a process that opens the file after this makes a new one
+  // and then finds no conversation.
+  ::unlink((path_.parent_path() / "turn-locks" / fmt::format("{}.lock", id)).c_str());
+  return {};
 }
 
 Result<void> SqliteHistoryStore::touch(std::string_view conversation_id, int64_t now_ms) {
@@ -399,21 +638,67 @@ Result<void> SqliteHistoryStore::touch(std::string_view conversation_id, int64_t
   return {};
 }
 
-Result<int> SqliteHistoryStore::begin_turn(std::string_view conversation_id) {
+Result<int> SqliteHistoryStore::begin_turn(std::string_view conversation_id, TurnKind kind) {
+  std::lock_guard lock(mutex_);
+  Transaction transaction(db_);
+  if (transaction.begin_result() != SQLITE_OK) {
+    return sql_error(transaction.begin_result(), "starting a turn");
+  }
+  const int64_t now = to_unix_ms(clock_.now());
+  int turn = 0;
+  {
+    Statement update(db_,
+                     "UPDATE conversations SET turns = turns + 1, updated_at = ? WHERE id = ? "
+                     "RETURNING turns");
+    update.bind(1, now).bind(2, conversation_id);
+    int rc = update.step();
+    if (rc == SQLITE_DONE) {
+      return make_error(ErrorCode::kNotFound, "no conversation '{}' (see quarry conversations ls)",
+                        conversation_id);
+    }
+    if (rc != SQLITE_ROW) return sql_error(rc, "starting a turn");
+    turn = static_cast<int>(update.integer(0));
+    update.step();
+  }
+  Statement insert(db_,
+                   "INSERT INTO turns (conversation_id, number, kind, status, started_at) "
+                   "VALUES (?, ?, ?, 'running', ?)");
+  insert.bind(1, conversation_id).bind(2, int64_t{turn}).bind(3, to_string(kind)).bind(4, now);
+  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "starting a turn");
+  if (int rc = transaction.commit(); rc != SQLITE_OK) return sql_error(rc, "starting a turn");
+  return turn;
+}
+
+Result<void> SqliteHistoryStore::finish_turn(std::string_view conversation_id, int turn,
+                                             TurnStatus status, std::string_view error) {
   std::lock_guard lock(mutex_);
   Statement update(db_,
-                   "UPDATE conversations SET turns = turns + 1, updated_at = ? WHERE id = ? "
-                   "RETURNING turns");
-  update.bind(1, to_unix_ms(clock_.now())).bind(2, conversation_id);
-  int rc = update.step();
-  if (rc == SQLITE_DONE) {
-    return make_error(ErrorCode::kNotFound, "no conversation '{}' (see quarry conversations ls)",
-                      conversation_id);
+                   "UPDATE turns SET status = ?, error = ?, finished_at = ? "
+                   "WHERE conversation_id = ? AND number = ?");
+  update.bind(1, to_string(status))
+      .bind(2, error)
+      .bind(3, to_unix_ms(clock_.now()))
+      .bind(4, conversation_id)
+      .bind(5, int64_t{turn});
+  if (int rc = update.step(); rc != SQLITE_DONE) return sql_error(rc, "finishing a turn");
+  if (sqlite3_changes(db_) == 0) {
+    return make_error(ErrorCode::kNotFound, "conversation '{}' has no turn {}", conversation_id,
+                      turn);
   }
-  if (rc != SQLITE_ROW) return sql_error(rc, "starting a turn");
-  int turn = static_cast<int>(update.integer(0));
-  update.step();
-  return turn;
+  return {};
+}
+
+Result<std::vector<std::pair<std::string, TurnRecord>>> SqliteHistoryStore::unfinished_turns() {
+  std::lock_guard lock(mutex_);
+  Statement select(db_, fmt::format("SELECT conversation_id, {} FROM turns "
+                                    "WHERE status = 'running' ORDER BY conversation_id, number",
+                                    kTurnColumns));
+  std::vector<std::pair<std::string, TurnRecord>> list;
+  int rc;
+  while ((rc = select.step()) == SQLITE_ROW)
+    list.emplace_back(select.text(0), turn_from(select, 1));
+  if (rc != SQLITE_DONE) return sql_error(rc, "reading unfinished turns");
+  return list;
 }
 
 // One INSERT of a conversation's row, in a transaction with the conversation's updated_at
@@ -440,7 +725,7 @@ Result<Message> SqliteHistoryStore::append_message(std::string_view conversation
   ASSIGN_OR_RETURN(message.id,
                    insert(conversation_id, "recording a message",
                           "INSERT INTO messages (conversation_id, turn, role, content, tool_calls, "
-                          "tool_call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          "tool_call_id, details, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                           message.created_at, [&](Statement& insert) {
                             insert.bind(1, conversation_id)
                                 .bind(2, int64_t{message.turn})
@@ -449,16 +734,19 @@ Result<Message> SqliteHistoryStore::append_message(std::string_view conversation
                             if (message.tool_calls.is_null()) {
                               insert.bind_null(5);
                             } else {
-                              insert.bind(
-                                  5, message.tool_calls.dump(
-                                         -1, ' ', false, nlohmann::json::error_handler_t::replace));
+                              insert.bind(5, json_text(message.tool_calls));
                             }
                             if (message.tool_call_id.empty()) {
                               insert.bind_null(6);
                             } else {
                               insert.bind(6, message.tool_call_id);
                             }
-                            insert.bind(7, to_unix_ms(message.created_at));
+                            if (message.details.is_null()) {
+                              insert.bind_null(7);
+                            } else {
+                              insert.bind(7, json_text(message.details));
+                            }
+                            insert.bind(8, to_unix_ms(message.created_at));
                           }));
   return message;
 }
@@ -488,37 +776,35 @@ Result<ExecRecord> SqliteHistoryStore::record_exec(std::string_view conversation
   ASSIGN_OR_RETURN(
       exec.id,
       insert(conversation_id, "recording an exec",
-             "INSERT INTO execs (conversation_id, turn, sandbox_id, command, exit_code, signal, "
-             "stdout, stderr, truncated, run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, "
-             "overhead_ms, oom, timed_out, message, started_at) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             "INSERT INTO execs (conversation_id, turn, tool_call_id, tool, sandbox_id, command, "
+             "exit_code, signal, stdout, stderr, truncated, run_ms, cpu_ms, peak_memory_bytes, "
+             "memory_limit_bytes, overhead_ms, oom, timed_out, message, started_at) "
+             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
              clock_.now(), [&](Statement& insert) {
                insert.bind(1, conversation_id)
                    .bind(2, int64_t{exec.turn})
-                   .bind(3, exec.sandbox_id)
-                   .bind(4, exec.command)
-                   .bind(5, int64_t{r.exit_code});
+                   .bind(3, exec.tool_call_id)
+                   .bind(4, exec.tool)
+                   .bind(5, exec.sandbox_id)
+                   .bind(6, exec.command)
+                   .bind(7, int64_t{r.exit_code});
                if (r.signal) {
-                 insert.bind(6, int64_t{*r.signal});
+                 insert.bind(8, int64_t{*r.signal});
                } else {
-                 insert.bind_null(6);
+                 insert.bind_null(8);
                }
-               insert.bind(7, r.stdout_text)
-                   .bind(8, r.stderr_text)
-                   .bind(9, int64_t{r.truncated})
-                   .bind(10, r.run_ms)
-                   .bind(11, r.cpu_ms)
-                   .bind(12, static_cast<int64_t>(r.peak_memory_bytes))
-                   .bind(13, static_cast<int64_t>(r.memory_limit_bytes))
-                   .bind(14, r.overhead_ms)
-                   .bind(15, int64_t{r.oom})
-                   .bind(16, int64_t{r.timed_out});
-               if (r.message) {
-                 insert.bind(17, *r.message);
-               } else {
-                 insert.bind_null(17);
-               }
-               insert.bind(18, to_unix_ms(exec.started_at));
+               insert.bind(9, r.stdout_text)
+                   .bind(10, r.stderr_text)
+                   .bind(11, int64_t{r.truncated})
+                   .bind(12, r.run_ms)
+                   .bind(13, r.cpu_ms)
+                   .bind(14, static_cast<int64_t>(r.peak_memory_bytes))
+                   .bind(15, static_cast<int64_t>(r.memory_limit_bytes))
+                   .bind(16, r.overhead_ms)
+                   .bind(17, int64_t{r.oom})
+                   .bind(18, int64_t{r.timed_out})
+                   .bind(19, r.message)
+                   .bind(20, to_unix_ms(exec.started_at));
              }));
   return exec;
 }
@@ -529,16 +815,17 @@ Result<Artifact> SqliteHistoryStore::record_artifact(std::string_view conversati
   ASSIGN_OR_RETURN(
       artifact.id,
       insert(conversation_id, "recording an artifact",
-             "INSERT INTO artifacts (conversation_id, turn, name, type, size_bytes, location, "
-             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+             "INSERT INTO artifacts (conversation_id, turn, tool_call_id, name, type, size_bytes, "
+             "location, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
              artifact.created_at, [&](Statement& insert) {
                insert.bind(1, conversation_id)
                    .bind(2, int64_t{artifact.turn})
-                   .bind(3, artifact.name)
-                   .bind(4, artifact.type)
-                   .bind(5, static_cast<int64_t>(artifact.size_bytes))
-                   .bind(6, artifact.location)
-                   .bind(7, to_unix_ms(artifact.created_at));
+                   .bind(3, artifact.tool_call_id)
+                   .bind(4, artifact.name)
+                   .bind(5, artifact.type)
+                   .bind(6, static_cast<int64_t>(artifact.size_bytes))
+                   .bind(7, artifact.location)
+                   .bind(8, to_unix_ms(artifact.created_at));
              }));
   return artifact;
 }
@@ -560,10 +847,17 @@ Result<std::vector<T>> SqliteHistoryStore::select_all(std::string_view conversat
   return rows;
 }
 
+Result<std::vector<TurnRecord>> SqliteHistoryStore::turns(std::string_view conversation_id) {
+  return select_all<TurnRecord>(
+      conversation_id, "reading turns",
+      fmt::format("SELECT {} FROM turns WHERE conversation_id = ? ORDER BY number", kTurnColumns),
+      [](const Statement& row) { return turn_from(row, 0); });
+}
+
 Result<std::vector<Message>> SqliteHistoryStore::messages(std::string_view conversation_id) {
   return select_all<Message>(
       conversation_id, "reading messages",
-      "SELECT id, turn, role, content, tool_calls, tool_call_id, created_at FROM messages "
+      "SELECT id, turn, role, content, tool_calls, tool_call_id, details, created_at FROM messages "
       "WHERE conversation_id = ? ORDER BY id",
       [](const Statement& row) {
         Message message;
@@ -571,10 +865,10 @@ Result<std::vector<Message>> SqliteHistoryStore::messages(std::string_view conve
         message.turn = static_cast<int>(row.integer(1));
         message.role = role_from(row.text(2));
         message.content = row.text(3);
-        if (!row.is_null(4))
-          message.tool_calls = nlohmann::json::parse(row.text(4), nullptr, false);
+        message.tool_calls = json_from(row, 4);
         message.tool_call_id = row.text(5);
-        message.created_at = from_unix_ms(row.integer(6));
+        message.details = json_from(row, 6);
+        message.created_at = from_unix_ms(row.integer(7));
         return message;
       });
 }
@@ -596,50 +890,95 @@ Result<std::vector<Event>> SqliteHistoryStore::events(std::string_view conversat
 }
 
 Result<std::vector<ExecRecord>> SqliteHistoryStore::execs(std::string_view conversation_id) {
-  return select_all<ExecRecord>(
-      conversation_id, "reading execs",
-      "SELECT id, turn, sandbox_id, command, exit_code, signal, stdout, stderr, truncated, "
-      "run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, oom, timed_out, "
-      "message, started_at FROM execs WHERE conversation_id = ? ORDER BY id",
-      [](const Statement& row) {
-        ExecRecord exec;
-        exec.id = row.integer(0);
-        exec.turn = static_cast<int>(row.integer(1));
-        exec.sandbox_id = row.text(2);
-        exec.command = row.text(3);
-        auto& r = exec.result;
-        r.exit_code = static_cast<int>(row.integer(4));
-        if (!row.is_null(5)) r.signal = static_cast<int>(row.integer(5));
-        r.stdout_text = row.text(6);
-        r.stderr_text = row.text(7);
-        r.truncated = row.integer(8) != 0;
-        r.run_ms = row.real(9);
-        r.cpu_ms = row.real(10);
-        r.peak_memory_bytes = static_cast<uint64_t>(row.integer(11));
-        r.memory_limit_bytes = static_cast<uint64_t>(row.integer(12));
-        r.overhead_ms = row.real(13);
-        r.oom = row.integer(14) != 0;
-        r.timed_out = row.integer(15) != 0;
-        if (!row.is_null(16)) r.message = row.text(16);
-        exec.started_at = from_unix_ms(row.integer(17));
-        return exec;
-      });
+  return select_all<ExecRecord>(conversation_id, "reading execs",
+                                fmt::format("SELECT {} FROM execs WHERE conversation_id = ? "
+                                            "ORDER BY id",
+                                            exec_columns(true)),
+                                [](const Statement& row) { return exec_from(row, 0); });
 }
 
 Result<std::vector<Artifact>> SqliteHistoryStore::artifacts(std::string_view conversation_id) {
   return select_all<Artifact>(
       conversation_id, "reading artifacts",
-      "SELECT id, turn, name, type, size_bytes, location, created_at FROM artifacts "
-      "WHERE conversation_id = ? ORDER BY id",
-      [](const Statement& row) {
-        return Artifact{row.integer(0),
-                        static_cast<int>(row.integer(1)),
-                        row.text(2),
-                        row.text(3),
-                        static_cast<uint64_t>(row.integer(4)),
-                        row.text(5),
-                        from_unix_ms(row.integer(6))};
-      });
+      fmt::format("SELECT {} FROM artifacts WHERE conversation_id = ? ORDER BY id",
+                  kArtifactColumns),
+      [](const Statement& row) { return artifact_from(row, 0); });
+}
+
+Result<std::pair<std::string, Artifact>> SqliteHistoryStore::artifact(int64_t id) {
+  std::lock_guard lock(mutex_);
+  Statement select(
+      db_, fmt::format("SELECT conversation_id, {} FROM artifacts WHERE id = ?", kArtifactColumns));
+  select.bind(1, id);
+  int rc = select.step();
+  if (rc == SQLITE_DONE) return make_error(ErrorCode::kNotFound, "no artifact {}", id);
+  if (rc != SQLITE_ROW) return sql_error(rc, "reading an artifact");
+  return std::pair{select.text(0), artifact_from(select, 1)};
+}
+
+Result<std::vector<std::pair<std::string, ExecRecord>>> SqliteHistoryStore::find_execs(
+    const ExecQuery& query) {
+  std::lock_guard lock(mutex_);
+  Statement select(db_, fmt::format("SELECT e.conversation_id, {} {} ORDER BY e.id DESC LIMIT ?4",
+                                    exec_columns(false, "e."), kExecFilter));
+  select.bind(1, query.owner).bind(2, query.conversation_id).bind(3, query.before_id);
+  select.bind(4, sql_limit(query.limit));
+  std::vector<std::pair<std::string, ExecRecord>> list;
+  int rc;
+  while ((rc = select.step()) == SQLITE_ROW)
+    list.emplace_back(select.text(0), exec_from(select, 1));
+  if (rc != SQLITE_DONE) return sql_error(rc, "reading execs");
+  return list;
+}
+
+Result<ExecTotals> SqliteHistoryStore::exec_totals(const ExecQuery& query) {
+  std::lock_guard lock(mutex_);
+  Statement select(db_, fmt::format("SELECT count(*), total(e.run_ms), total(e.cpu_ms), "
+                                    "total(e.overhead_ms), coalesce(max(e.peak_memory_bytes), 0), "
+                                    "total(e.oom), total(e.timed_out), total(e.exit_code != 0) {}",
+                                    kExecFilter));
+  select.bind(1, query.owner).bind(2, query.conversation_id).bind(3, query.before_id);
+  if (int rc = select.step(); rc != SQLITE_ROW) return sql_error(rc, "adding up execs");
+  return ExecTotals{select.integer(0),
+                    select.real(1),
+                    select.real(2),
+                    select.real(3),
+                    static_cast<uint64_t>(select.integer(4)),
+                    static_cast<int64_t>(select.real(5)),
+                    static_cast<int64_t>(select.real(6)),
+                    static_cast<int64_t>(select.real(7))};
+}
+
+Result<void> SqliteHistoryStore::append_stream_event(std::string_view conversation_id,
+                                                     const StreamEvent& event) {
+  std::lock_guard lock(mutex_);
+  Statement insert(db_,
+                   "INSERT INTO stream_events (conversation_id, turn, seq, type, data) "
+                   "VALUES (?, ?, ?, ?, ?)");
+  insert.bind(1, conversation_id)
+      .bind(2, int64_t{event.turn})
+      .bind(3, event.seq)
+      .bind(4, event.type)
+      .bind(5, event.data);
+  if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "recording a stream event");
+  return {};
+}
+
+Result<std::vector<StreamEvent>> SqliteHistoryStore::stream_events(std::string_view conversation_id,
+                                                                   int turn, int64_t after_seq) {
+  std::lock_guard lock(mutex_);
+  Statement select(db_,
+                   "SELECT turn, seq, type, data FROM stream_events WHERE conversation_id = ? "
+                   "AND (turn, seq) > (?, ?) ORDER BY turn, seq");
+  select.bind(1, conversation_id).bind(2, int64_t{turn}).bind(3, after_seq);
+  std::vector<StreamEvent> list;
+  int rc;
+  while ((rc = select.step()) == SQLITE_ROW) {
+    list.push_back(
+        {static_cast<int>(select.integer(0)), select.integer(1), select.text(2), select.text(3)});
+  }
+  if (rc != SQLITE_DONE) return sql_error(rc, "reading stream events");
+  return list;
 }
 
 Result<SandboxReference> SqliteHistoryStore::sandbox_reference(std::string_view conversation_id) {
@@ -675,11 +1014,13 @@ Result<void> SqliteHistoryStore::set_sandbox_reference(std::string_view conversa
 }
 
 Result<std::vector<std::pair<std::string, SandboxReference>>>
-SqliteHistoryStore::sandbox_references() {
+SqliteHistoryStore::sandbox_references(const std::optional<std::string>& owner) {
   std::lock_guard lock(mutex_);
-  Statement select(db_, fmt::format("SELECT conversation_id, {} FROM sandbox_references ORDER BY "
-                                    "conversation_id",
+  Statement select(db_, fmt::format("SELECT r.conversation_id, {} FROM sandbox_references r "
+                                    "JOIN conversations c ON c.id = r.conversation_id "
+                                    "WHERE ?1 IS NULL OR c.owner = ?1 ORDER BY r.conversation_id",
                                     kReferenceColumns));
+  select.bind(1, owner);
   std::vector<std::pair<std::string, SandboxReference>> list;
   int rc;
   while ((rc = select.step()) == SQLITE_ROW) {

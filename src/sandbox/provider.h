@@ -90,6 +90,9 @@ class SandboxProvider {
   // Makes working directories (and later packages, files) ready inside a running sandbox.
   virtual Result<void> prepare(std::string_view id, const PrepareSpec& spec) = 0;
   virtual Result<ExecResult> exec(std::string_view id, const ExecRequest& request) = 0;
+  // Kills every command running in the sandbox (the sandbox itself goes on), e.g. what a process
+  // that died in the middle of an exec left running. Returns how many commands were stopped.
+  virtual Result<int> stop_commands(std::string_view id) = 0;
 
   // Writes `content` to `path` (absolute, inside the sandbox), creating parent directories.
   virtual Result<void> write_file(std::string_view id, std::string_view path,

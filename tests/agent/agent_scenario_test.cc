@@ -16,6 +16,7 @@
 #include "data/connection.h"
 #include "data/demo_data.h"
 #include "postgres_environment.h"
+#include "reference_numbers.h"
 #include "sandbox_environment.h"
 #include "server_process.h"
 
@@ -24,54 +25,6 @@ namespace {
 
 using agent::AgentEvent;
 using conversation::ExecRecord;
-
-// "name\tnumber\tnumber..." lines, as the scenarios' code prints its results.
-std::map<std::string, std::vector<double>> parse_table(const std::string& text) {
-  std::map<std::string, std::vector<double>> table;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream fields(line);
-    std::string name, field;
-    if (!std::getline(fields, name, '\t')) continue;
-    std::vector<double> numbers;
-    while (std::getline(fields, field, '\t'))
-      numbers.push_back(std::stod(field));
-    if (!numbers.empty()) table[name] = numbers;
-  }
-  return table;
-}
-
-// The same statistics computed by PostgreSQL itself: name -> numbers.
-std::map<std::string, std::vector<double>> sql_table(const std::string& sql) {
-  auto connection = data::Connection::open(PostgresEnvironment::get().server().admin_conninfo);
-  EXPECT_TRUE(connection) << connection.error().message;
-  auto result = connection->exec("SET statement_timeout = 0");
-  result = connection->exec(sql);
-  EXPECT_TRUE(result) << result.error().message;
-  std::map<std::string, std::vector<double>> table;
-  for (int row = 0; row < PQntuples(result->get()); ++row) {
-    std::vector<double> numbers;
-    for (int column = 1; column < PQnfields(result->get()); ++column) {
-      numbers.push_back(std::stod(PQgetvalue(result->get(), row, column)));
-    }
-    table[PQgetvalue(result->get(), row, 0)] = numbers;
-  }
-  return table;
-}
-
-void expect_same_numbers(const std::map<std::string, std::vector<double>>& reported,
-                         const std::map<std::string, std::vector<double>>& expected) {
-  ASSERT_EQ(reported.size(), expected.size());
-  for (const auto& [name, numbers] : expected) {
-    SCOPED_TRACE(name);
-    auto found = reported.find(name);
-    ASSERT_NE(found, reported.end());
-    ASSERT_EQ(found->second.size(), numbers.size());
-    for (size_t i = 0; i < numbers.size(); ++i) {
-      EXPECT_NEAR(found->second[i], numbers[i], 1e-3 + 1e-9 * std::fabs(numbers[i]));
-    }
-  }
-}
 
 class AgentScenarioTest : public ::testing::Test {
  protected:
@@ -119,11 +72,11 @@ class AgentScenarioTest : public ::testing::Test {
     auto model = agent::make_model_client(config_.model);
     EXPECT_TRUE(model) << model.error().message;
     if (conversation.empty()) conversation = history_->create_conversation(question)->id;
-    agent::Toolbox toolbox({config_,
-                            {PostgresEnvironment::get().server().reader_conninfo, "", false},
-                            *history_,
-                            state_dir_});
-    agent::Agent agent(**model, *manager_, *history_, toolbox, agent::system_prompt(config_),
+    agent::Toolbox toolbox(
+        {config_,
+         data::DatabaseTarget{PostgresEnvironment::get().server().reader_conninfo, "", false},
+         *history_, state_dir_});
+    agent::Agent agent(model->get(), *manager_, *history_, toolbox, agent::system_prompt(config_),
                        agent::agent_options(config_));
     Turn turn{Result<std::string>(""), {}};
     turn.answer = agent.run_turn(conversation, question, [&](const AgentEvent& event) {
@@ -191,12 +144,7 @@ TEST_F(AgentScenarioTest, MedianAndP90OfPeakViewsWithAnInteractiveChart) {
   EXPECT_EQ(run.memory_limit_bytes, 1u << 30);
   // The numbers the turn reports are PostgreSQL's own, computed independently.
   auto reported = parse_table(run.stdout_text);
-  expect_same_numbers(
-      reported,
-      sql_table("SELECT category_name, percentile_cont(0.5) WITHIN GROUP (ORDER BY peak), "
-                "percentile_cont(0.9) WITHIN GROUP (ORDER BY peak), count(*) FROM (SELECT "
-                "category_name, video_id, max(views) AS peak FROM trending_videos GROUP BY 1, 2) "
-                "videos GROUP BY 1"));
+  expect_same_numbers(reported, sql_table(kPeakViewsSql));
   double videos = 0;
   for (const auto& [name, numbers] : reported)
     videos += numbers[2];
@@ -248,10 +196,7 @@ TEST_F(AgentScenarioTest, PolarsRunsOutOfMemoryAndTheRewriteInDuckDbCompletes) {
   EXPECT_FALSE(duckdb.oom);
   EXPECT_LT(duckdb.peak_memory_bytes, 1u << 30);
   EXPECT_EQ(runs[0].sandbox_id, runs[1].sandbox_id);
-  expect_same_numbers(parse_table(duckdb.stdout_text),
-                      sql_table("SELECT device, percentile_cont(0.5) WITHIN GROUP (ORDER BY "
-                                "session_length_seconds) FROM (SELECT DISTINCT device, session_id, "
-                                "session_length_seconds FROM events) sessions GROUP BY device"));
+  expect_same_numbers(parse_table(duckdb.stdout_text), sql_table(kSessionLengthSql));
 }
 
 TEST_F(AgentScenarioTest, ACodeErrorGoesBackAsATracebackAndTheFixWorks) {

@@ -247,6 +247,7 @@ TEST(Cli, ConversationsLsAndShow) {
     sandbox::ExecRequest request;
     request.argv = {"python3", "-c", "print(42)"};
     ASSERT_TRUE((*turn)->sandbox().execute(request));
+    (*turn)->finish(conversation::TurnStatus::kCompleted);
   }
 
   auto ls = quarry({"conversations", "ls"});
@@ -270,7 +271,8 @@ TEST(Cli, ConversationsLsAndShow) {
   auto json = quarry({"conversations", "show", id, "--json"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   auto parsed = nlohmann::json::parse(json.out);
-  EXPECT_EQ(parsed["turns"], 1);
+  ASSERT_EQ(parsed["turns"].size(), 1u);
+  EXPECT_EQ(parsed["turns"][0]["status"], "completed");
   EXPECT_EQ(parsed["sandbox"]["state"], "idle");
   EXPECT_EQ(parsed["execs"][0]["stdout"], "42\n");
   EXPECT_EQ(parsed["execs"][0]["command"], "python3 -c 'print(42)'");

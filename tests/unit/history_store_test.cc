@@ -40,7 +40,7 @@ TEST_F(HistoryStoreTest, KeepsAConversationInOrder) {
   auto store = open();
   auto conversation = store->create_conversation("peak views");
   ASSERT_TRUE(conversation);
-  EXPECT_EQ(*store->begin_turn(conversation->id), 1);
+  EXPECT_EQ(*store->begin_turn(conversation->id, TurnKind::kAsk), 1);
   Message question;
   question.turn = 1;
   question.content = "median views per category?";
@@ -57,7 +57,7 @@ TEST_F(HistoryStoreTest, KeepsAConversationInOrder) {
   result.content = "music 1.2M";
   ASSERT_TRUE(store->append_message(conversation->id, result));
   clock_.advance(std::chrono::seconds(5));
-  EXPECT_EQ(*store->begin_turn(conversation->id), 2);
+  EXPECT_EQ(*store->begin_turn(conversation->id, TurnKind::kAsk), 2);
   ASSERT_TRUE(store->record_event(
       conversation->id, {0, 2, "sandbox_replaced", "abc", "dead", {{"previous", "old"}}, {}}));
 
@@ -95,7 +95,8 @@ TEST_F(HistoryStoreTest, KeepsExecMetricsArtifactsAndReferencesAcrossReopen) {
     exec.result.run_ms = 1234.5;
     exec.result.message = "Killed: command ran out of memory.";
     ASSERT_TRUE(store->record_exec(id, exec));
-    ASSERT_TRUE(store->record_artifact(id, {0, 1, "outputs/chart.html", "html", 42, "/x", {}}));
+    ASSERT_TRUE(
+        store->record_artifact(id, {0, 1, "call_1", "outputs/chart.html", "html", 42, "/x", {}}));
     SandboxReference reference;
     reference.state = "idle";
     reference.sandbox_id = "sb";
@@ -124,7 +125,7 @@ TEST_F(HistoryStoreTest, KeepsExecMetricsArtifactsAndReferencesAcrossReopen) {
 TEST_F(HistoryStoreTest, UnknownConversationsAreNotFound) {
   auto store = open();
   EXPECT_EQ(store->conversation("nope").error().code, ErrorCode::kNotFound);
-  EXPECT_EQ(store->begin_turn("nope").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(store->begin_turn("nope", TurnKind::kAsk).error().code, ErrorCode::kNotFound);
   EXPECT_EQ(store->append_message("nope", {}).error().code, ErrorCode::kNotFound);
   EXPECT_EQ(store->sandbox_reference("nope")->state, "new");
 }

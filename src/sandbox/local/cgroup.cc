@@ -224,6 +224,18 @@ Result<void> kill_all(const std::filesystem::path& procs_file) {
                     procs_file.string());
 }
 
+std::vector<std::string> exec_children(const std::filesystem::path& directory) {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    if (entry.is_directory(error) && entry.path().filename() != "init") {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 Result<void> remove_tree(const std::filesystem::path& directory) {
   std::error_code error;
   if (!std::filesystem::exists(directory, error)) return {};

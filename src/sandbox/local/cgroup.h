@@ -62,6 +62,9 @@ class CgroupDriver {
   virtual Result<void> remove_exec(std::string_view sandbox, std::string_view exec) = 0;
   // Sends SIGKILL to every process in the exec's cgroup (e.g. on timeout); does not wait.
   virtual Result<void> kill_exec(std::string_view sandbox, std::string_view exec) = 0;
+  // The names of the sandbox's exec cgroups that exist now (running commands, or leftovers of
+  // a process that died while it ran one).
+  virtual std::vector<std::string> execs(std::string_view sandbox) const = 0;
 
   // Kills whatever is left in the sandbox and removes all of its cgroups. Missing is fine.
   virtual Result<void> remove_sandbox(std::string_view sandbox) = 0;
@@ -129,6 +132,8 @@ Result<uint64_t> read_keyed(const std::filesystem::path& path, std::string_view 
 Result<std::vector<pid_t>> read_procs(const std::filesystem::path& path);
 // SIGKILLs the processes in `procs_file` until it is empty (or `rounds` pass).
 Result<void> kill_all(const std::filesystem::path& procs_file);
+// The names of the child cgroups of `directory` but "init": the exec cgroups of a sandbox.
+std::vector<std::string> exec_children(const std::filesystem::path& directory);
 // rmdir of a cgroup directory and its children, deepest first; retries while the kernel is
 // still releasing exiting processes. Missing is fine.
 Result<void> remove_tree(const std::filesystem::path& directory);

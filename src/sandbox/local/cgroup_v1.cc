@@ -99,6 +99,10 @@ class CgroupV1 final : public CgroupDriver {
     return cgroup_files::kill_all(roots_.memory / parent_ / sandbox / exec / "cgroup.procs");
   }
 
+  std::vector<std::string> execs(std::string_view sandbox) const override {
+    return cgroup_files::exec_children(roots_.memory / parent_ / sandbox);
+  }
+
   Result<void> remove_exec(std::string_view sandbox, std::string_view exec) override {
     RETURN_IF_ERROR(kill_exec(sandbox, exec));
     for (const auto& root : exec_hierarchies_) {

@@ -70,6 +70,10 @@ class CgroupV2 final : public CgroupDriver {
     return kill_tree(sandbox_dir(sandbox) / exec);
   }
 
+  std::vector<std::string> execs(std::string_view sandbox) const override {
+    return cgroup_files::exec_children(sandbox_dir(sandbox));
+  }
+
   Result<void> remove_exec(std::string_view sandbox, std::string_view exec) override {
     auto dir = sandbox_dir(sandbox) / exec;
     RETURN_IF_ERROR(kill_tree(dir));

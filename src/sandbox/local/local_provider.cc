@@ -493,6 +493,16 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
   return result;
 }
 
+Result<int> LocalProvider::stop_commands(std::string_view id) {
+  ASSIGN_OR_RETURN(auto sandbox, running(id));
+  int stopped = 0;
+  for (const auto& exec : cgroups_->execs(id)) {
+    RETURN_IF_ERROR(cgroups_->remove_exec(id, exec));
+    ++stopped;
+  }
+  return stopped;
+}
+
 Result<void> LocalProvider::write_file(std::string_view id, std::string_view path,
                                        std::istream& content) {
   ASSIGN_OR_RETURN(auto normal,

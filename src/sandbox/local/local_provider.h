@@ -31,6 +31,7 @@ class LocalProvider final : public SandboxProvider {
   Result<SandboxInfo> create(const SandboxSpec& spec) override;
   Result<void> prepare(std::string_view id, const PrepareSpec& spec) override;
   Result<ExecResult> exec(std::string_view id, const ExecRequest& request) override;
+  Result<int> stop_commands(std::string_view id) override;
   Result<void> write_file(std::string_view id, std::string_view path,
                           std::istream& content) override;
   Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,
