@@ -21,5 +21,7 @@ std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, i
 std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& context,
                                                         int& exit_code);
 std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, int& exit_code);
+std::unique_ptr<CommandGroup> add_serve_command(CLI::App& app, Context& context, int& exit_code);
+std::unique_ptr<CommandGroup> add_token_commands(CLI::App& app, Context& context, int& exit_code);
 
 }  // namespace quarry::cli

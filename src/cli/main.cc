@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   auto db_commands = quarry::cli::add_db_commands(app, context, exit_code);
   auto conversation_commands = quarry::cli::add_conversation_commands(app, context, exit_code);
   auto ask_command = quarry::cli::add_ask_command(app, context, exit_code);
+  auto serve_command = quarry::cli::add_serve_command(app, context, exit_code);
+  auto token_commands = quarry::cli::add_token_commands(app, context, exit_code);
   app.parse_complete_callback([&] {
     if (auto logging = quarry::setup_logging(options.log_level); !logging) {
       throw CLI::ValidationError("--log-level", logging.error().message);

@@ -1,0 +1,118 @@
+// The API's handlers: each takes a parsed, authenticated request and answers JSON, a file (an
+// artifact) or a stream of a conversation's events. They run on the server's pool for blocking
+// work (they read the history and may destroy sandboxes), never on the I/O thread. Every route
+// is in the OpenAPI document (openapi.yaml).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "conversation/conversation_manager.h"
+#include "server/auth.h"
+#include "server/router.h"
+#include "server/stream_hub.h"
+#include "server/turn_runner.h"
+
+namespace quarry::server {
+
+struct ApiRequest {
+  RouteMatch route;
+  std::string method;
+  std::string path;  // without the query
+  std::map<std::string, std::string, std::less<>> query;
+  std::string body;
+  std::string content_type;
+  std::string last_event_id;  // the Last-Event-ID header
+  Identity identity;
+};
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+struct JsonReply {
+  int status = 200;
+  nlohmann::json body;  // null: no body (204)
+  Headers headers;
+};
+
+// A stored artifact, sent as a download.
+struct FileReply {
+  std::filesystem::path path;
+  std::string name;  // for Content-Disposition
+  std::string type;  // the artifact's type: png, html, csv, ...
+  bool download = false;
+};
+
+// A conversation's events from `after` on: those of one turn (until its "done") or, when
+// `follow`, every turn as it comes until the client leaves.
+struct StreamReply {
+  std::string conversation_id;
+  EventId after;
+  bool follow = false;
+};
+
+using ApiReply = std::variant<JsonReply, FileReply, StreamReply>;
+
+struct ServerInfo {
+  std::string version;
+  std::string listen;
+  uint64_t max_body = 0;
+  size_t workers = 0;
+  // Why questions cannot be asked (no model client could be made), if so.
+  std::optional<std::string> model_unavailable;
+};
+
+class Api {
+ public:
+  struct Services {
+    const Config& config;
+    std::filesystem::path state_dir;
+    conversation::HistoryStore& history;
+    conversation::ConversationManager& manager;
+    sandbox::SandboxProvider& provider;
+    TurnRunner& turns;
+    StreamHub& hub;
+    Authenticator& auth;
+    Sessions& sessions;
+    ServerInfo info;
+  };
+  explicit Api(Services services);
+
+  ApiReply handle(const ApiRequest& request);
+
+ private:
+  ApiResult<ApiReply> dispatch(const ApiRequest& request);
+  // The conversation `id` if it is the user's; another user's is as unknown as a missing one.
+  ApiResult<conversation::Conversation> owned(const ApiRequest& request, std::string_view id);
+
+  ApiResult<ApiReply> index();
+  ApiResult<ApiReply> ready();
+  ApiResult<ApiReply> info(const ApiRequest& request);
+  ApiResult<ApiReply> read_session(const ApiRequest& request);
+  ApiResult<ApiReply> create_session(const ApiRequest& request);
+  ApiResult<ApiReply> delete_session(const ApiRequest& request);
+  ApiResult<ApiReply> list_conversations(const ApiRequest& request);
+  ApiResult<ApiReply> create_conversation(const ApiRequest& request);
+  ApiResult<ApiReply> read_conversation(const ApiRequest& request);
+  ApiResult<ApiReply> delete_conversation(const ApiRequest& request);
+  ApiResult<ApiReply> create_message(const ApiRequest& request);
+  ApiResult<ApiReply> create_cell(const ApiRequest& request);
+  ApiResult<ApiReply> events(const ApiRequest& request);
+  ApiResult<ApiReply> cancel(const ApiRequest& request);
+  ApiResult<ApiReply> list_artifacts(const ApiRequest& request);
+  ApiResult<ApiReply> read_artifact(const ApiRequest& request);
+  ApiResult<ApiReply> list_execs(const ApiRequest& request);
+  ApiResult<ApiReply> list_sandboxes(const ApiRequest& request);
+
+  Services services_;
+  std::string openapi_;  // the document, as JSON text
+};
+
+// "a=1&b=x%20y" -> {a: 1, b: "x y"}; a malformed escape is an error.
+ApiResult<std::map<std::string, std::string, std::less<>>> parse_query(std::string_view query);
+
+}  // namespace quarry::server

@@ -1,0 +1,422 @@
+#include "server/http_server.h"
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <variant>
+
+#include "conversation/history_json.h"
+
+namespace quarry::server {
+namespace {
+
+using Request = http::request<http::string_body>;
+
+// What the access log and the stream writer need to know of a response sent.
+struct Sent {
+  int status = 0;
+  uint64_t bytes = 0;
+  bool keep_alive = true;
+};
+
+std::string_view content_type_of(std::string_view type) {
+  if (type == "png") return "image/png";
+  if (type == "svg") return "image/svg+xml";
+  if (type == "html") return "text/html; charset=utf-8";
+  if (type == "csv") return "text/csv; charset=utf-8";
+  if (type == "json") return "application/json";
+  if (type == "parquet") return "application/vnd.apache.parquet";
+  return "application/octet-stream";
+}
+
+// Artifacts are sandbox output, i.e. untrusted: each is its own opaque origin (CSP sandbox, no
+// allow-same-origin), so a hostile chart can neither read the API nor use the user's session,
+// and it may load nothing from anywhere. HTML and SVG may run their own inline scripts
+// (interactive charts); nothing else may run at all.
+std::string_view artifact_policy(std::string_view type) {
+  if (type == "html" || type == "svg") {
+    return "sandbox allow-scripts; default-src 'none'; script-src 'unsafe-inline' "
+           "'unsafe-eval' blob: data:; style-src 'unsafe-inline'; img-src data: blob:; "
+           "font-src data:; frame-ancestors 'self'";
+  }
+  return "sandbox; default-src 'none'; frame-ancestors 'self'";
+}
+
+// filename="..." with anything unusual replaced, and filename*= with the name in UTF-8.
+std::string content_disposition(bool download, std::string_view name) {
+  auto base = name.substr(name.rfind('/') == std::string_view::npos ? 0 : name.rfind('/') + 1);
+  std::string plain, encoded;
+  for (unsigned char c : base) {
+    const bool safe = std::isalnum(c) || c == '.' || c == '_' || c == '-';
+    plain += safe ? static_cast<char>(c) : '_';
+    encoded += safe ? fmt::format("{:c}", c) : fmt::format("%{:02X}", c);
+  }
+  return fmt::format("{}; filename=\"{}\"; filename*=UTF-8''{}", download ? "attachment" : "inline",
+                     plain, encoded);
+}
+
+// The parameters of a query for the access log: names, with the values of those that might
+// carry a secret replaced.
+std::string loggable_query(const std::map<std::string, std::string, std::less<>>& query) {
+  std::string text;
+  for (const auto& [name, value] : query) {
+    if (!text.empty()) text += '&';
+    const bool secret =
+        name.find("token") != std::string::npos || name.find("key") != std::string::npos ||
+        name.find("secret") != std::string::npos || name.find("password") != std::string::npos ||
+        name.find("session") != std::string::npos;
+    text += fmt::format("{}={}", name, secret ? "[redacted]" : value);
+  }
+  return text;
+}
+
+void common_headers(http::header<false>& header) {
+  header.set(http::field::server, "quarry");
+  header.set(http::field::cache_control, "no-store");
+  header.set("X-Content-Type-Options", "nosniff");
+  header.set("Referrer-Policy", "no-referrer");
+}
+
+bool changes_state(http::verb method) {
+  return method == http::verb::post || method == http::verb::put || method == http::verb::patch ||
+         method == http::verb::delete_;
+}
+
+}  // namespace
+
+Result<tcp::endpoint> parse_listen_address(std::string_view text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == text.size()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "'{}' is not an address to listen on; write host:port, e.g. "
+                      "127.0.0.1:8080 or [::1]:8080",
+                      text);
+  }
+  std::string host(text.substr(0, colon));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") host = "127.0.0.1";
+  uint16_t port = 0;
+  auto digits = text.substr(colon + 1);
+  auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (error != std::errc() || end != digits.data() + digits.size()) {
+    return make_error(ErrorCode::kInvalidArgument, "'{}' is not a port (0 to 65535)", digits);
+  }
+  boost::system::error_code bad;
+  auto address = net::ip::make_address(host, bad);
+  if (bad) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "'{}' is not an IP address to listen on (use 127.0.0.1, 0.0.0.0, ::1, ...)",
+                      host);
+  }
+  return tcp::endpoint(address, port);
+}
+
+HttpServer::HttpServer(net::io_context& io, Api& api, Authenticator& auth, StreamHub& hub,
+                       HttpServerOptions options)
+    : io_(io),
+      api_(api),
+      auth_(auth),
+      hub_(hub),
+      options_(options),
+      acceptor_(io),
+      pool_(options.blocking_threads),
+      access_log_(spdlog::get("access")) {
+  if (!access_log_) {
+    // One JSON object a line, on stderr beside the server's other messages.
+    access_log_ = spdlog::stderr_logger_mt("access");
+    access_log_->set_pattern("%v");
+  }
+}
+
+HttpServer::~HttpServer() {
+  join();
+}
+
+Result<tcp::endpoint> HttpServer::listen(const tcp::endpoint& endpoint) {
+  boost::system::error_code error;
+  acceptor_.open(endpoint.protocol(), error);
+  if (!error) acceptor_.set_option(net::socket_base::reuse_address(true), error);
+  if (!error) acceptor_.bind(endpoint, error);
+  if (!error) acceptor_.listen(net::socket_base::max_listen_connections, error);
+  if (error) {
+    return make_error(error == boost::system::errc::address_in_use ? ErrorCode::kAlreadyExists
+                                                                   : ErrorCode::kUnavailable,
+                      "cannot listen on {}:{}: {}{}", endpoint.address().to_string(),
+                      endpoint.port(), error.message(),
+                      error == boost::system::errc::address_in_use
+                          ? " (another program uses the port; stop it or choose another with "
+                            "--listen)"
+                          : "");
+  }
+  return acceptor_.local_endpoint();
+}
+
+void HttpServer::start() {
+  net::co_spawn(io_, accept_loop(), net::detached);
+}
+
+void HttpServer::stop_accepting() {
+  stopping_ = true;
+  net::post(io_, [this] {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+  });
+}
+
+void HttpServer::join() {
+  pool_.join();
+}
+
+net::awaitable<void> HttpServer::accept_loop() {
+  for (;;) {
+    boost::system::error_code error;
+    tcp::socket socket =
+        co_await acceptor_.async_accept(net::redirect_error(net::use_awaitable, error));
+    if (error) {
+      if (!acceptor_.is_open()) co_return;
+      // Out of descriptors or the like: the next connection may work.
+      spdlog::warn("accepting a connection failed: {}", error.message());
+      continue;
+    }
+    net::co_spawn(io_, session(std::move(socket)), net::detached);
+  }
+}
+
+net::awaitable<void> HttpServer::session(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  boost::system::error_code error;
+
+  // Runs `work` on the pool for blocking work and resumes here with its result.
+  auto on_pool = [this](auto work) -> net::awaitable<decltype(work())> {
+    using Value = decltype(work());
+    co_return co_await net::co_spawn(
+        pool_, [work = std::move(work)]() mutable -> net::awaitable<Value> { co_return work(); },
+        net::use_awaitable);
+  };
+
+  auto write = [&](auto& response) -> net::awaitable<Sent> {
+    common_headers(response.base());
+    response.prepare_payload();
+    Sent sent{static_cast<int>(response.result_int()), 0, response.keep_alive()};
+    stream.expires_after(options_.write_timeout);
+    sent.bytes = co_await http::async_write(stream, response,
+                                            net::redirect_error(net::use_awaitable, error));
+    if (error) sent.keep_alive = false;
+    co_return sent;
+  };
+
+  auto write_json = [&](int status, const nlohmann::json& body, const Headers& headers,
+                        bool keep_alive) -> net::awaitable<Sent> {
+    http::response<http::string_body> response{static_cast<http::status>(status), 11};
+    response.keep_alive(keep_alive);
+    for (const auto& [name, value] : headers)
+      response.insert(name, value);
+    if (!body.is_null()) {
+      response.set(http::field::content_type, "application/json");
+      response.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    co_return co_await write(response);
+  };
+
+  auto write_error = [&](const ApiError& failure, bool keep_alive,
+                         Headers headers = {}) -> net::awaitable<Sent> {
+    co_return co_await write_json(failure.status, failure.body(), headers, keep_alive);
+  };
+
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(16 * 1024);
+    parser.body_limit(options_.max_body);
+    stream.expires_after(options_.read_timeout);
+    co_await http::async_read_header(stream, buffer, parser,
+                                     net::redirect_error(net::use_awaitable, error));
+    const auto started = std::chrono::steady_clock::now();
+    if (error == http::error::body_limit) {
+      co_await write_error({413, "body_too_large",
+                            fmt::format("the body is larger than the server's limit of {} bytes "
+                                        "(server.max_body)",
+                                        options_.max_body)},
+                           false);
+      break;
+    }
+    if (error == http::error::end_of_stream || error == beast::error::timeout ||
+        error == net::error::connection_reset || error == net::error::eof) {
+      break;
+    }
+    if (error) {
+      co_await write_error({400, "bad_request",
+                            fmt::format("the request is not valid HTTP/1.1: {}", error.message())},
+                           false);
+      break;
+    }
+    if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> proceed{http::status::continue_, 11};
+      co_await http::async_write(stream, proceed, net::redirect_error(net::use_awaitable, error));
+      if (error) break;
+    }
+    co_await http::async_read(stream, buffer, parser,
+                              net::redirect_error(net::use_awaitable, error));
+    if (error == http::error::body_limit) {
+      co_await write_error({413, "body_too_large",
+                            fmt::format("the body is larger than the server's limit of {} bytes "
+                                        "(server.max_body)",
+                                        options_.max_body)},
+                           false);
+      break;
+    }
+    if (error) break;
+    Request request = parser.release();
+    const bool keep_alive = request.keep_alive() && !stopping_;
+    const std::string method(request.method_string());
+    const std::string target(request.target());
+    const std::string path = target.substr(0, target.find('?'));
+    ApiRequest api_request;
+    api_request.method = method;
+    api_request.path = path;
+    std::string user = "-";
+    std::string allow;  // the methods of a path asked with another
+    Sent sent;
+
+    // Everything before the handler: parse, route, who, and may they.
+    auto prepare = [&]() -> ApiResult<void> {
+      if (stopping_) {
+        return api_error(503, "shutting_down",
+                         "the server is shutting down; send the request again when it is back");
+      }
+      if (auto question = target.find('?'); question != std::string::npos) {
+        auto query = parse_query(std::string_view(target).substr(question + 1));
+        if (!query) return std::unexpected(query.error());
+        api_request.query = std::move(*query);
+      }
+      auto route = match_route(method, path, &allow);
+      if (!route) return std::unexpected(route.error());
+      api_request.route = std::move(*route);
+      const RequestOrigin origin{to_std(request[http::field::host]),
+                                 to_std(request[http::field::origin]),
+                                 to_std(request[to_beast(kCsrfHeader)])};
+      if (auto checked = auth_.check_origin(origin); !checked) return checked;
+      if (!api_request.route.route->public_route) {
+        auto identity = auth_.authenticate(
+            {to_std(request[http::field::authorization]), to_std(request[http::field::cookie])});
+        if (!identity) return std::unexpected(identity.error());
+        api_request.identity = std::move(*identity);
+        user = api_request.identity.user;
+        if (changes_state(request.method())) {
+          if (auto checked = auth_.check_change(api_request.identity, origin); !checked) {
+            return checked;
+          }
+        }
+      }
+      api_request.body = std::move(request.body());
+      api_request.content_type = std::string(request[http::field::content_type]);
+      api_request.last_event_id = std::string(request["Last-Event-ID"]);
+      return {};
+    };
+
+    if (auto prepared = prepare(); !prepared) {
+      Headers headers;
+      if (prepared.error().status == 401) {
+        headers.emplace_back("WWW-Authenticate", "Bearer realm=\"quarry\"");
+      }
+      if (prepared.error().status == 405) headers.emplace_back("Allow", allow);
+      sent = co_await write_error(prepared.error(), keep_alive, headers);
+    } else {
+      ApiReply reply = co_await on_pool([&] { return api_.handle(api_request); });
+      if (auto* json = std::get_if<JsonReply>(&reply)) {
+        sent = co_await write_json(json->status, json->body, json->headers, keep_alive);
+      } else if (auto* file = std::get_if<FileReply>(&reply)) {
+        http::response<http::file_body> response{http::status::ok, 11};
+        response.keep_alive(keep_alive);
+        response.body().open(file->path.c_str(), beast::file_mode::scan, error);
+        if (error) {
+          sent = co_await write_error({404, "not_found", "the artifact's file cannot be read"},
+                                      keep_alive);
+        } else {
+          response.set(http::field::content_type, to_beast(content_type_of(file->type)));
+          response.set(http::field::content_disposition,
+                       content_disposition(file->download, file->name));
+          response.set("Content-Security-Policy", to_beast(artifact_policy(file->type)));
+          sent = co_await write(response);
+        }
+      } else {
+        // Server-Sent Events: the conversation's events from reply.after on.
+        const auto& plan = std::get<StreamReply>(reply);
+        http::response<http::empty_body> head{http::status::ok, 11};
+        head.keep_alive(keep_alive && !plan.follow);
+        head.set(http::field::content_type, "text/event-stream; charset=utf-8");
+        head.set("X-Accel-Buffering", "no");
+        common_headers(head.base());
+        head.chunked(true);
+        http::response_serializer<http::empty_body> serializer{head};
+        stream.expires_after(options_.write_timeout);
+        co_await http::async_write_header(stream, serializer,
+                                          net::redirect_error(net::use_awaitable, error));
+        sent = {200, 0, head.keep_alive()};
+        auto send = [&](const std::string& text) -> net::awaitable<bool> {
+          stream.expires_after(options_.write_timeout);
+          sent.bytes += co_await net::async_write(stream, http::make_chunk(net::buffer(text)),
+                                                  net::redirect_error(net::use_awaitable, error));
+          co_return !error;
+        };
+        bool open = !error && co_await send("retry: 2000\n\n");
+        EventId position = plan.after;
+        auto timer = std::make_shared<net::steady_timer>(io_);
+        while (open) {
+          auto batch = co_await on_pool([&] { return hub_.next(plan.conversation_id, position); });
+          if (!batch) {
+            spdlog::warn("conversation {}: reading its events failed: {}", plan.conversation_id,
+                         batch.error().message);
+            break;
+          }
+          position = batch->position;
+          if (!batch->events.empty()) {
+            std::string frames;
+            bool ended = false;
+            for (const auto& event : batch->events) {
+              frames += sse_frame(event);
+              ended =
+                  ended || (!plan.follow && event.type == "done" && event.turn == plan.after.turn);
+            }
+            open = co_await send(frames);
+            if (ended) break;
+            continue;
+          }
+          if (hub_.closing()) break;
+          timer->expires_after(options_.keep_alive);
+          if (!hub_.arm(plan.conversation_id, position, timer)) continue;
+          boost::system::error_code waited;
+          co_await timer->async_wait(net::redirect_error(net::use_awaitable, waited));
+          hub_.disarm(plan.conversation_id, timer);
+          if (!waited) open = co_await send(": keep-alive\n\n");  // it expired: nothing new
+        }
+        if (open) {
+          stream.expires_after(options_.write_timeout);
+          co_await net::async_write(stream, http::make_chunk_last(),
+                                    net::redirect_error(net::use_awaitable, error));
+        }
+        sent.keep_alive = sent.keep_alive && open && !error;
+      }
+    }
+
+    const auto elapsed =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
+    nlohmann::json line = {{"time", conversation::format_time(std::chrono::system_clock::now())},
+                           {"method", method},
+                           {"path", path},
+                           {"status", sent.status},
+                           {"bytes", sent.bytes},
+                           {"duration_ms", std::round(elapsed * 1000) / 1000},
+                           {"user", user}};
+    if (!api_request.query.empty()) line["query"] = loggable_query(api_request.query);
+    access_log_->info(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    if (!sent.keep_alive || !keep_alive) break;
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_send, error);
+}
+
+}  // namespace quarry::server

@@ -1,0 +1,61 @@
+// HTTP/1.1 for the API (Boost.Beast, C++20 coroutines on one I/O thread): reads requests with
+// limits on headers, bodies and time, checks who is asking, hands the request to the Api on a
+// pool for blocking work, and writes JSON, artifact files or Server-Sent Events. Every request
+// is logged as one JSON line (method, path, status, bytes, duration, user; never a token or a
+// query value that could hold one).
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+
+#include "server/api.h"
+#include "server/asio.h"
+#include "server/auth.h"
+#include "server/stream_hub.h"
+
+namespace quarry::server {
+
+struct HttpServerOptions {
+  uint64_t max_body = 1 << 20;
+  std::chrono::seconds keep_alive{15};     // a comment line on idle streams this often
+  std::chrono::seconds read_timeout{60};   // a request's header and body; idle keep-alive
+  std::chrono::seconds write_timeout{30};  // one write to a client that stopped reading
+  size_t blocking_threads = 4;             // the pool the handlers run on
+};
+
+class HttpServer {
+ public:
+  HttpServer(net::io_context& io, Api& api, Authenticator& auth, StreamHub& hub,
+             HttpServerOptions options);
+  ~HttpServer();
+
+  // Binds and listens; returns the address (its port, when 0 was asked for).
+  Result<tcp::endpoint> listen(const tcp::endpoint& endpoint);
+  void start();
+  // Shutdown: no new connections; requests on open ones get 503.
+  void stop_accepting();
+  // Waits for handlers still on the pool.
+  void join();
+
+ private:
+  net::awaitable<void> accept_loop();
+  net::awaitable<void> session(tcp::socket socket);
+
+  net::io_context& io_;
+  Api& api_;
+  Authenticator& auth_;
+  StreamHub& hub_;
+  HttpServerOptions options_;
+  tcp::acceptor acceptor_;
+  net::thread_pool pool_;
+  std::atomic<bool> stopping_{false};
+  std::shared_ptr<spdlog::logger> access_log_;
+};
+
+// "host:port" (IPv6 in brackets) into an endpoint; the host must be an address.
+Result<tcp::endpoint> parse_listen_address(std::string_view text);
+
+}  // namespace quarry::server

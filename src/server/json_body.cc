@@ -1,0 +1,74 @@
+#include "server/json_body.h"
+
+#include <algorithm>
+#include <boost/beast/core/string.hpp>
+
+namespace quarry::server {
+
+std::string_view json_type(const nlohmann::json& value) {
+  if (value.is_string()) return "string";
+  if (value.is_boolean()) return "boolean";
+  if (value.is_number()) return "number";
+  if (value.is_array()) return "array";
+  if (value.is_object()) return "object";
+  return "null";
+}
+
+ApiResult<JsonBody> JsonBody::parse(std::string_view body, std::string_view content_type,
+                                    std::initializer_list<std::string_view> fields) {
+  const auto media = content_type.substr(0, content_type.find(';'));
+  if (!body.empty() && !boost::beast::iequals(boost::beast::string_view(media.data(), media.size()),
+                                              "application/json")) {
+    return api_error(415, "unsupported_media_type",
+                     "the body must be JSON sent as 'Content-Type: application/json', not '{}'",
+                     content_type.empty() ? "(none)" : content_type);
+  }
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    return JsonBody(nlohmann::json::object());
+  }
+  try {
+    auto object = nlohmann::json::parse(body);
+    if (!object.is_object()) {
+      return api_error(400, "invalid_json", "the body must be a JSON object, not {}",
+                       json_type(object));
+    }
+    for (const auto& [name, value] : object.items()) {
+      if (std::find(fields.begin(), fields.end(), name) == fields.end()) {
+        return api_error(
+            400, "unknown_field", "unknown field '{}' (the fields here are: {})", name,
+            fields.size() == 0 ? std::string("none") : fmt::format("{}", fmt::join(fields, ", ")));
+      }
+    }
+    return JsonBody(std::move(object));
+  } catch (const nlohmann::json::parse_error& error) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 9: ..." without the tag.
+    std::string what = error.what();
+    if (auto tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
+    return api_error(400, "invalid_json", "the body is not valid JSON: {}", what);
+  }
+}
+
+ApiResult<std::optional<std::string>> JsonBody::optional_string(std::string_view name,
+                                                                size_t max_bytes) const {
+  auto value = object_.find(name);
+  if (value == object_.end() || value->is_null()) return std::nullopt;
+  if (!value->is_string()) {
+    return api_error(400, "invalid_field", "'{}' must be a string, not {}", name,
+                     json_type(*value));
+  }
+  const auto& text = value->get_ref<const std::string&>();
+  if (text.size() > max_bytes) {
+    return api_error(400, "invalid_field", "'{}' is {} bytes; at most {} are allowed", name,
+                     text.size(), max_bytes);
+  }
+  return text;
+}
+
+ApiResult<std::string> JsonBody::string(std::string_view name, size_t max_bytes) const {
+  auto value = optional_string(name, max_bytes);
+  if (!value) return std::unexpected(value.error());
+  if (!*value) return api_error(400, "missing_field", "'{}' is required", name);
+  return std::move(**value);
+}
+
+}  // namespace quarry::server

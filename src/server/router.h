@@ -1,0 +1,56 @@
+// The API's routes: method and path pattern ("/api/v1/conversations/{id}") to what handles
+// them. An unknown path is a 404 and a known path with another method a 405, each saying what
+// exists.
+#pragma once
+
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "server/api_error.h"
+
+namespace quarry::server {
+
+enum class RouteId {
+  kIndex,
+  kHealth,
+  kReady,
+  kOpenApi,
+  kInfo,
+  kSessionRead,
+  kSessionCreate,
+  kSessionDelete,
+  kConversationList,
+  kConversationCreate,
+  kConversationRead,
+  kConversationDelete,
+  kMessageCreate,
+  kCellCreate,
+  kEvents,
+  kCancel,
+  kArtifactList,
+  kArtifactRead,
+  kExecList,
+  kSandboxList,
+};
+
+struct Route {
+  std::string_view method;
+  std::string_view pattern;  // segments in braces are parameters
+  RouteId id;
+  bool public_route = false;  // answered without signing in
+};
+
+struct RouteMatch {
+  const Route* route = nullptr;
+  std::map<std::string, std::string, std::less<>> params;
+};
+
+std::span<const Route> routes();
+
+// 404 (no such path) or 405 (the path exists for other methods; `allow` receives them).
+ApiResult<RouteMatch> match_route(std::string_view method, std::string_view path,
+                                  std::string* allow = nullptr);
+
+}  // namespace quarry::server

@@ -1,0 +1,184 @@
+#include "server/server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <thread>
+
+#include "agent/model_client.h"
+#include "common/file_util.h"
+#include "common/units.h"
+#include "conversation/sqlite_history_store.h"
+#include "sandbox/local/local_provider.h"
+#include "server/api.h"
+#include "server/http_server.h"
+#include "server/turn_runner.h"
+
+namespace quarry::server {
+namespace {
+
+// Deletes idle sandboxes every `interval` until stopped.
+class Reaper {
+ public:
+  Reaper(conversation::ConversationManager& manager, std::chrono::milliseconds interval)
+      : thread_([this, &manager, interval] {
+          std::unique_lock lock(mutex_);
+          while (!stop_.wait_for(lock, interval, [this] { return stopping_; })) {
+            lock.unlock();
+            if (auto reaped = manager.reap_idle(); !reaped) {
+              spdlog::warn("deleting idle sandboxes failed: {}", reaped.error().message);
+            } else if (*reaped > 0) {
+              spdlog::info("deleted {} idle sandbox{}", *reaped, *reaped == 1 ? "" : "es");
+            }
+            lock.lock();
+          }
+        }) {}
+  ~Reaper() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    stop_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable stop_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+std::string url_of(const tcp::endpoint& endpoint) {
+  const auto address = endpoint.address();
+  std::string host = address.to_string();
+  if (address.is_unspecified()) host = address.is_v4() ? "127.0.0.1" : "::1";
+  if (address.is_v6()) host = "[" + host + "]";
+  return fmt::format("http://{}:{}", host, endpoint.port());
+}
+
+}  // namespace
+
+std::filesystem::path tokens_path(const Config& config, const std::filesystem::path& state_dir) {
+  if (!config.server.tokens_file.empty()) return config.server.tokens_file;
+  return state_dir / "tokens.json";
+}
+
+Result<void> serve(const Config& config, const ServeOptions& options) {
+  ASSIGN_OR_RETURN(auto endpoint,
+                   parse_listen_address(options.listen.value_or(config.server.listen)));
+  const auto tokens_file = tokens_path(config, options.state_dir);
+  std::error_code ignored;
+  const bool with_tokens = std::filesystem::exists(tokens_file, ignored);
+  if (!with_tokens && !endpoint.address().is_loopback()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "refusing to listen on {} without API tokens: anyone who reaches the port "
+                      "would act as the one user. Create a token with 'quarry token create NAME' "
+                      "(it makes {}), or listen on 127.0.0.1",
+                      url_of(endpoint), tokens_file.string());
+  }
+
+  RETURN_IF_ERROR(make_directories(options.state_dir, 0755));
+  ASSIGN_OR_RETURN(auto provider, sandbox::local::LocalProvider::open(
+                                      config.sandbox, {options.state_dir, options.cache_dir, {}}));
+  SystemClock clock;
+  ASSIGN_OR_RETURN(auto history,
+                   conversation::SqliteHistoryStore::open(options.state_dir / "history.db", clock));
+  conversation::ConversationManager manager(*provider, *history, clock,
+                                            conversation::manager_options(config));
+  std::unique_ptr<agent::ModelClient> model;
+  std::optional<std::string> model_unavailable;
+  if (auto made = agent::make_model_client(config.model)) {
+    model = std::move(*made);
+  } else {
+    model_unavailable = made.error().message;
+    spdlog::warn("no language model: {}; questions are refused, cells still run",
+                 *model_unavailable);
+  }
+
+  ASSIGN_OR_RETURN(int orphans, manager.destroy_orphans());
+  if (orphans > 0) spdlog::info("destroyed {} sandboxes an earlier run left", orphans);
+  StreamHub hub(*history);
+  ASSIGN_OR_RETURN(auto interrupted, manager.finish_interrupted_turns());
+  for (const auto& [conversation_id, turn] : interrupted) {
+    RETURN_IF_ERROR(hub.end_interrupted(conversation_id, turn, conversation::kInterruptedReason));
+  }
+
+  TurnRunner turns(config, options.state_dir, *history, manager, model.get(), hub,
+                   {config.server.workers, config.sandbox.output_limit_bytes});
+  Sessions sessions(
+      clock, std::chrono::duration_cast<std::chrono::milliseconds>(config.server.session_lifetime));
+  Authenticator auth(with_tokens ? std::make_unique<TokenStore>(tokens_file) : nullptr, sessions);
+  Api api({config,
+           options.state_dir,
+           *history,
+           manager,
+           *provider,
+           turns,
+           hub,
+           auth,
+           sessions,
+           {options.version, url_of(endpoint), config.server.max_body, config.server.workers,
+            model_unavailable}});
+
+  net::io_context io(1);
+  HttpServerOptions http_options;
+  http_options.max_body = config.server.max_body;
+  HttpServer http(io, api, auth, hub, http_options);
+  ASSIGN_OR_RETURN(auto listening, http.listen(endpoint));
+  http.start();
+  const std::string url = url_of(listening);
+  spdlog::info("serving on {} ({}; model: {})", url,
+               with_tokens ? fmt::format("tokens from {}", tokens_file.string())
+                           : "no tokens: loopback only, one user 'local'",
+               model ? config.model.name : "none");
+  if (options.on_listening) options.on_listening(url);
+
+  Reaper reaper(
+      manager,
+      std::clamp<std::chrono::milliseconds>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(config.sandbox.idle_timeout / 4),
+          std::chrono::seconds(1), std::chrono::seconds(60)));
+
+  std::thread stopping;
+  net::signal_set signals(io, SIGTERM, SIGINT);
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& error, int signal) {
+        if (error) return;
+        if (stopping.joinable()) {
+          spdlog::warn(
+              "second signal: exiting now; sandboxes left behind are cleaned up at the "
+              "next start");
+          std::_Exit(128 + signal);
+        }
+        spdlog::info("{}: shutting down (running turns have {} to finish)",
+                     signal == SIGTERM ? "SIGTERM" : "SIGINT",
+                     format_duration(config.server.shutdown_grace));
+        http.stop_accepting();
+        // Waiting for turns blocks; the I/O thread goes on streaming their events meanwhile.
+        stopping = std::thread([&] {
+          turns.shutdown(
+              std::chrono::duration_cast<std::chrono::milliseconds>(config.server.shutdown_grace));
+          if (auto deleted = manager.shutdown(); !deleted) {
+            spdlog::error("destroying this run's sandboxes failed: {}", deleted.error().message);
+          } else {
+            spdlog::info("destroyed {} sandbox{}", *deleted, *deleted == 1 ? "" : "es");
+          }
+          net::post(io, [&] {
+            hub.close();
+            // Streams write their last chunk; then the loop ends.
+            auto last = std::make_shared<net::steady_timer>(io, std::chrono::milliseconds(200));
+            last->async_wait([&io, last](const boost::system::error_code&) { io.stop(); });
+          });
+        });
+        signals.async_wait(on_signal);
+      };
+  signals.async_wait(on_signal);
+  io.run();
+  if (stopping.joinable()) stopping.join();
+  http.join();
+  spdlog::info("stopped");
+  return {};
+}
+
+}  // namespace quarry::server

@@ -1,0 +1,183 @@
+#include "server/stream_hub.h"
+
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
+namespace quarry::server {
+
+std::string to_string(const EventId& id) {
+  return fmt::format("{}-{}", id.turn, id.seq);
+}
+
+std::optional<EventId> parse_event_id(std::string_view text) {
+  auto dash = text.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  EventId id;
+  auto turn = text.substr(0, dash);
+  auto seq = text.substr(dash + 1);
+  auto [turn_end, turn_error] = std::from_chars(turn.data(), turn.data() + turn.size(), id.turn);
+  auto [seq_end, seq_error] = std::from_chars(seq.data(), seq.data() + seq.size(), id.seq);
+  if (turn.empty() || seq.empty() || turn_error != std::errc() || seq_error != std::errc() ||
+      turn_end != turn.data() + turn.size() || seq_end != seq.data() + seq.size() || id.turn < 0 ||
+      id.seq < 0) {
+    return std::nullopt;
+  }
+  return id;
+}
+
+std::string sse_frame(const conversation::StreamEvent& event) {
+  return fmt::format("id: {}-{}\nevent: {}\ndata: {}\n\n", event.turn, event.seq, event.type,
+                     event.data);
+}
+
+namespace {
+
+// An event of turn `turn`; its data carries its type and turn too, so it stands on its own.
+conversation::StreamEvent make_event(int turn, std::string_view type, nlohmann::json data) {
+  data["type"] = type;
+  data["turn"] = turn;
+  conversation::StreamEvent event;
+  event.turn = turn;
+  event.type = std::string(type);
+  event.data = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return event;
+}
+
+}  // namespace
+
+void LiveTurn::publish(std::string_view type, nlohmann::json data) {
+  hub_.record(*this, make_event(number_, type, std::move(data)));
+}
+
+Result<void> StreamHub::end_interrupted(const std::string& conversation_id, int turn,
+                                        std::string_view reason) {
+  ASSIGN_OR_RETURN(auto recorded, history_.stream_events(conversation_id, turn, 0));
+  int64_t last = 0;
+  for (const auto& event : recorded) {
+    if (event.turn == turn) last = event.seq;
+  }
+  auto done =
+      make_event(turn, "done", {{"status", "interrupted"}, {"answer", nullptr}, {"error", reason}});
+  done.seq = last + 1;
+  return history_.append_stream_event(conversation_id, done);
+}
+
+void StreamHub::record(LiveTurn& turn, conversation::StreamEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    event.seq = static_cast<int64_t>(turn.events_.size()) + 1;
+  }
+  // Recorded before anyone can see it, so whatever a watcher saw survives this process.
+  if (auto recorded = history_.append_stream_event(turn.conversation_id(), event); !recorded) {
+    spdlog::warn(
+        "conversation {}: a stream event was not recorded ({}); a stream resumed later "
+        "may miss it",
+        turn.conversation_id(), recorded.error().message);
+  }
+  std::lock_guard lock(mutex_);
+  auto& feed = feeds_[turn.conversation_id()];
+  feed.latest = {event.turn, event.seq};
+  turn.events_.push_back(std::move(event));
+  wake(feed.waiters);
+}
+
+void StreamHub::wake(std::vector<Waiter>& waiters) {
+  for (auto& waiter : waiters) {
+    net::post(waiter->get_executor(), [waiter] { waiter->cancel(); });
+  }
+  waiters.clear();
+}
+
+std::shared_ptr<LiveTurn> StreamHub::begin(const std::string& conversation_id, int number) {
+  auto turn = std::make_shared<LiveTurn>(*this, conversation_id, number);
+  std::lock_guard lock(mutex_);
+  auto& feed = feeds_[conversation_id];
+  feed.live = turn;
+  wake(feed.waiters);
+  return turn;
+}
+
+void StreamHub::end(const LiveTurn& turn) {
+  std::lock_guard lock(mutex_);
+  auto& feed = feeds_[turn.conversation_id()];
+  if (feed.live.get() == &turn) feed.live.reset();
+  wake(feed.waiters);
+}
+
+std::optional<int> StreamHub::live_turn(const std::string& conversation_id) {
+  std::lock_guard lock(mutex_);
+  auto found = feeds_.find(conversation_id);
+  if (found == feeds_.end() || !found->second.live) return std::nullopt;
+  return found->second.live->number();
+}
+
+Result<StreamHub::Batch> StreamHub::next(const std::string& conversation_id, EventId after) {
+  for (;;) {
+    std::shared_ptr<LiveTurn> live;
+    {
+      std::lock_guard lock(mutex_);
+      auto found = feeds_.find(conversation_id);
+      if (found != feeds_.end()) live = found->second.live;
+      if (live && after.turn >= live->number()) {
+        // The running turn, from memory: it holds every event of the turn.
+        Batch batch{{}, after};
+        if (after.turn == live->number()) {
+          for (auto i = static_cast<size_t>(after.seq); i < live->events_.size(); ++i) {
+            batch.events.push_back(live->events_[i]);
+          }
+        }
+        if (!batch.events.empty()) {
+          batch.position = {batch.events.back().turn, batch.events.back().seq};
+        }
+        return batch;
+      }
+    }
+    // Finished turns, from the history.
+    ASSIGN_OR_RETURN(auto events, history_.stream_events(conversation_id, after.turn, after.seq));
+    if (live) {
+      // The running turn's events are read from memory, where all of them are.
+      std::erase_if(events, [&](const auto& event) { return event.turn >= live->number(); });
+      if (events.empty()) {
+        after = {live->number(), 0};
+        continue;
+      }
+    }
+    Batch batch{std::move(events), after};
+    if (!batch.events.empty()) {
+      batch.position = {batch.events.back().turn, batch.events.back().seq};
+    }
+    return batch;
+  }
+}
+
+bool StreamHub::arm(const std::string& conversation_id, EventId after, const Waiter& waiter) {
+  std::lock_guard lock(mutex_);
+  if (closing_) return false;
+  auto& feed = feeds_[conversation_id];
+  if (feed.latest > after) return false;
+  if (feed.live && feed.live->number() > after.turn) return false;
+  feed.waiters.push_back(waiter);
+  return true;
+}
+
+void StreamHub::disarm(const std::string& conversation_id, const Waiter& waiter) {
+  std::lock_guard lock(mutex_);
+  auto found = feeds_.find(conversation_id);
+  if (found == feeds_.end()) return;
+  std::erase(found->second.waiters, waiter);
+}
+
+void StreamHub::close() {
+  std::lock_guard lock(mutex_);
+  closing_ = true;
+  for (auto& [id, feed] : feeds_)
+    wake(feed.waiters);
+}
+
+bool StreamHub::closing() {
+  std::lock_guard lock(mutex_);
+  return closing_;
+}
+
+}  // namespace quarry::server

@@ -1,0 +1,96 @@
+// Turns and cells on a bounded pool of worker threads. A turn is begun (its lock taken, its
+// number known) by the request that asks for it, so a second turn of the same conversation is
+// refused at once; it then waits for a free worker, runs the agent there and publishes what
+// happens to the StreamHub. A slow model or a slow command occupies a worker, never the I/O
+// thread, so accepting, streaming and other users go on.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "agent/agent.h"
+#include "common/unique_fd.h"
+#include "server/stream_hub.h"
+
+namespace quarry::server {
+
+struct TurnRunnerOptions {
+  size_t workers = 8;
+  uint64_t live_output_limit = 1 << 20;  // output bytes streamed per step and stream
+};
+
+class TurnRunner {
+ public:
+  // `model` may be null: cells run, questions are refused. Everything outlives the runner.
+  TurnRunner(const Config& config, std::filesystem::path state_dir,
+             conversation::HistoryStore& history, conversation::ConversationManager& manager,
+             agent::ModelClient* model, StreamHub& hub, TurnRunnerOptions options);
+  ~TurnRunner();
+  TurnRunner(const TurnRunner&) = delete;
+  TurnRunner& operator=(const TurnRunner&) = delete;
+
+  // Begins a turn of the conversation and queues it; returns its number. kAborted while another
+  // turn of the conversation runs, kUnavailable while shutting down.
+  Result<int> ask(const std::string& conversation_id, std::string question);
+  Result<int> run_cell(const std::string& conversation_id, agent::Cell cell);
+
+  // Stops the conversation's running turn now: the model request is closed, a running command
+  // killed, the turn recorded as cancelled (`reason`). Returns its number; kNotFound when no
+  // turn of it runs in this server.
+  Result<int> cancel(const std::string& conversation_id, std::string reason);
+
+  // Shutdown: takes no more turns, waits up to `grace` for the running ones, cancels the rest
+  // and waits for them to record their end.
+  void shutdown(std::chrono::milliseconds grace);
+  size_t running() const;
+
+ private:
+  struct Running {
+    std::string conversation_id;
+    int number = 0;
+    UniqueFd cancel;            // an eventfd: readable once cancelled
+    std::string cancel_reason;  // guarded by mutex_
+  };
+  // What a job reports when it is done.
+  struct Outcome {
+    conversation::TurnStatus status = conversation::TurnStatus::kCompleted;
+    std::string answer;
+    std::optional<Error> error;
+  };
+  using Job = std::function<Outcome(Running&, LiveTurn&, conversation::Turn&)>;
+  static Outcome outcome_of(const Error& error);
+
+  Result<int> start(const std::string& conversation_id, conversation::TurnKind kind,
+                    nlohmann::json started, Job job);
+  void work();
+  // Releases the turn (its lock, its sandbox), then publishes its end and forgets it.
+  void finish(Running& running, LiveTurn& live, std::shared_ptr<conversation::Turn> turn,
+              const Outcome& outcome);
+  agent::AgentEventSink stream_to(LiveTurn& live);
+  agent::Toolbox toolbox() const;
+
+  const Config& config_;
+  std::filesystem::path state_dir_;
+  conversation::HistoryStore& history_;
+  conversation::ConversationManager& manager_;
+  agent::ModelClient* model_;
+  StreamHub& hub_;
+  TurnRunnerOptions options_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> queue_;
+  std::map<std::string, std::shared_ptr<Running>> running_;  // by conversation
+  bool accepting_ = true;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace quarry::server

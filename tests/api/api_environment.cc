@@ -1,0 +1,378 @@
+#include "api_environment.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <mutex>
+
+#include "agent/sse_parser.h"
+#include "common/command.h"
+#include "common/file_util.h"
+#include "common/unique_fd.h"
+#include "common/url.h"
+#include "data/demo_data.h"
+#include "postgres_environment.h"
+#include "sandbox_environment.h"
+
+extern char** environ;
+
+namespace quarry::testing {
+namespace {
+
+std::string test_name() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return info ? fmt::format("{}.{}", info->test_suite_name(), info->name()) : "setup";
+}
+
+// The first line `fd` gives within `timeout`, or "" if none comes (the process ended).
+std::string read_line(int fd, std::chrono::milliseconds timeout) {
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd watch{.fd = fd, .events = POLLIN, .revents = 0};
+    if (::poll(&watch, 1, 100) <= 0) continue;
+    char c;
+    const ssize_t n = ::read(fd, &c, 1);
+    if (n == 0) return "";
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return "";
+    }
+    if (c == '\n') return line;
+    line += c;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::filesystem::path results_dir() {
+  auto dir = std::filesystem::path(QUARRY_BUILD_DIR) / "test-results" / "api";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+namespace {
+ApiEnvironment* g_api = nullptr;
+// Registered before main() runs, so it is torn down after the sandbox environment.
+[[maybe_unused]] ::testing::Environment* const g_registered =
+    ::testing::AddGlobalTestEnvironment(g_api = new ApiEnvironment);
+}  // namespace
+
+ApiEnvironment& ApiEnvironment::get() {
+  if (!g_api->started_) g_api->start();
+  return *g_api;
+}
+
+void ApiEnvironment::TearDown() {
+  model_.reset();
+}
+
+void ApiEnvironment::start() {
+  started_ = true;
+  scenarios_ = SandboxEnvironment::get().state_dir() / "scenarios";
+  std::filesystem::create_directories(scenarios_);
+  for (const char* dir : {"tests/agent/scenarios", "tests/api/scenarios"}) {
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::filesystem::path(QUARRY_SOURCE_DIR) / dir)) {
+      std::filesystem::copy_file(entry.path(), scenarios_ / entry.path().filename(),
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  model_requests_ = results_dir() / "model-requests.jsonl";
+  std::filesystem::remove(model_requests_);
+  auto server = ScriptedModelServer::start({.scenario_dir = scenarios_, .record = model_requests_});
+  if (!server) {
+    ADD_FAILURE() << server.error().message;
+    return;
+  }
+  model_ = std::move(*server);
+  model_url_ = model_->base_url();
+}
+
+std::vector<nlohmann::json> ApiEnvironment::requests_to_model() const {
+  std::vector<nlohmann::json> requests;
+  std::ifstream in(model_requests_);
+  for (std::string line; std::getline(in, line);)
+    requests.push_back(nlohmann::json::parse(line));
+  return requests;
+}
+
+void ApiEnvironment::load_demo_data() {
+  if (demo_data_) return;
+  Progress progress("seed-demo", 3);
+  auto seeded = data::seed_demo(PostgresEnvironment::get().server().admin_conninfo, {}, progress);
+  ASSERT_TRUE(seeded) << seeded.error().message;
+  demo_data_ = true;
+}
+
+QuarryServer::QuarryServer(ServerOptions options) {
+  static int counter = 0;
+  auto& sandboxes = SandboxEnvironment::get();
+  dir_ = sandboxes.state_dir() / "servers" / fmt::format("{}-{}", test_name(), ++counter);
+  std::filesystem::create_directories(dir_);
+  config_ = dir_ / "config.yml";
+  tokens_file_ = dir_ / "tokens.json";
+  log_ = results_dir() / fmt::format("{}-{}.log", test_name(), counter);
+  std::ofstream(config_) << fmt::format(
+      "sandbox:\n"
+      "  export_max_rows: 50000000\n"
+      "database:\n"
+      "  url: \"{}\"\n"
+      "conversations:\n"
+      "  instance_id: api-test\n"
+      "model:\n"
+      "  base_url: {}\n"
+      "  name: {}\n"
+      "  api_key_env: \"\"\n"
+      "  timeout: 120s\n"
+      "  max_retries: 0\n"
+      "server:\n"
+      "  tokens_file: {}\n"
+      "{}",
+      PostgresEnvironment::get().server().reader_conninfo, ApiEnvironment::get().model_url(),
+      options.scenario, tokens_file_.string(), options.server_config);
+  if (options.tokens) {
+    for (const char* user : {"alice", "bob"}) {
+      std::string output;
+      EXPECT_EQ(quarry({"token", "create", user}, &output), 0) << output;
+      tokens_[user] = output.substr(0, output.find('\n'));
+    }
+  }
+
+  const std::vector<std::string> args = {SandboxEnvironment::get().quarry_binary().string(),
+                                         "--config",
+                                         config_.string(),
+                                         "--state-dir",
+                                         sandboxes.state_dir().string(),
+                                         "--cache-dir",
+                                         sandboxes.cache_dir().string(),
+                                         "serve",
+                                         "--listen",
+                                         options.listen};
+  std::vector<char*> argv;
+  for (const auto& arg : args)
+    argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe failed";
+    return;
+  }
+  UniqueFd read_end(out[0]);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  const int spawned = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  if (spawned != 0) {
+    pid_ = -1;
+    ADD_FAILURE() << "cannot start quarry serve: " << std::strerror(spawned);
+    return;
+  }
+  const std::string line = read_line(read_end.get(), std::chrono::seconds(60));
+  constexpr std::string_view kReady = "quarry is serving on ";
+  if (!line.starts_with(kReady)) {
+    ADD_FAILURE() << "quarry serve did not start; its log:\n" << log();
+    return;
+  }
+  url_ = line.substr(kReady.size());
+}
+
+QuarryServer::~QuarryServer() {
+  if (pid_ > 0) stop(SIGKILL);
+}
+
+std::string QuarryServer::token(const std::string& user) const {
+  auto found = tokens_.find(user);
+  return found == tokens_.end() ? "" : found->second;
+}
+
+int QuarryServer::stop(int signal) {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, signal);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  reap_orphaned_inits();
+  return status;
+}
+
+std::string QuarryServer::log() const {
+  auto text = read_file(log_);
+  return text ? *text : "";
+}
+
+int QuarryServer::quarry(const std::vector<std::string>& args, std::string* output) const {
+  auto& sandboxes = SandboxEnvironment::get();
+  std::vector<std::string> argv = {sandboxes.quarry_binary().string(), "--config", config_.string(),
+                                   "--state-dir", sandboxes.state_dir().string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto ran = run_command(argv);
+  if (ran) {
+    if (output) *output = ran->output;
+    return ran->exit_code;
+  }
+  if (output) *output = ran.error().message;
+  return 1;
+}
+
+std::string ApiResponse::header(std::string_view name) const {
+  HttpResponse response;
+  response.headers = headers;
+  return std::string(response.header(name));
+}
+
+ApiClient::ApiClient(std::string base_url) : base_url_(std::move(base_url)) {}
+
+HttpRequest ApiClient::request(const std::string& method, const std::string& path,
+                               const std::string& body, std::vector<HttpHeader> headers) const {
+  HttpRequest request;
+  request.method = method;
+  request.url = *parse_url(base_url_);
+  request.target = path;
+  request.body = body;
+  if (!token_.empty()) headers.push_back({"Authorization", "Bearer " + token_});
+  if (!cookie_.empty()) {
+    headers.push_back({"Cookie", cookie_});
+    if (!csrf_.empty() && method != "GET") headers.push_back({"X-CSRF-Token", csrf_});
+  }
+  request.headers = std::move(headers);
+  return request;
+}
+
+void ApiClient::record(const HttpRequest& request, const ApiResponse& response) const {
+  // Every exchange, for tests/api/check_openapi.py to hold against the OpenAPI document.
+  static std::mutex mutex;
+  nlohmann::json line = {{"test", test_name()},
+                         {"method", request.method},
+                         {"target", request.target},
+                         {"status", response.status},
+                         {"content_type", response.header("Content-Type")}};
+  if (!response.json.is_discarded() && !response.json.is_null()) line["json"] = response.json;
+  if (response.header("Content-Type").starts_with("text/event-stream")) {
+    line["events"] = nlohmann::json::array();
+    for (const auto& event : response.events) {
+      // Data that is not JSON is kept as text, for the checker to refuse.
+      line["events"].push_back({{"id", event.id},
+                                {"event", event.type},
+                                {"data", event.data.is_discarded() ? nlohmann::json(event.raw)
+                                                                   : event.data}});
+    }
+  }
+  std::lock_guard lock(mutex);
+  std::ofstream(results_dir() / "exchanges.jsonl", std::ios::app)
+      << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+ApiResponse ApiClient::send(const std::string& method, const std::string& path,
+                            const std::string& body, std::vector<HttpHeader> headers) {
+  auto client = HttpClient::create({});
+  EXPECT_TRUE(client);
+  auto http = request(method, path, body, std::move(headers));
+  auto sent = client->send(http);
+  ApiResponse response;
+  if (!sent) {
+    ADD_FAILURE() << method << " " << path << ": " << sent.error().message;
+    return response;
+  }
+  response.status = sent->status;
+  response.headers = sent->headers;
+  response.body = sent->body;
+  response.json = nlohmann::json::parse(response.body, nullptr, false);
+  record(http, response);
+  return response;
+}
+
+ApiResponse ApiClient::get(const std::string& path, std::vector<HttpHeader> headers) {
+  return send("GET", path, "", std::move(headers));
+}
+
+ApiResponse ApiClient::post(const std::string& path, const nlohmann::json& body,
+                            std::vector<HttpHeader> headers) {
+  headers.push_back({"Content-Type", "application/json"});
+  return send("POST", path, body.is_null() ? "" : body.dump(), std::move(headers));
+}
+
+ApiResponse ApiClient::del(const std::string& path, std::vector<HttpHeader> headers) {
+  return send("DELETE", path, "", std::move(headers));
+}
+
+ApiResponse ApiClient::stream(const std::string& method, const std::string& path,
+                              const std::string& body,
+                              const std::function<bool(const StreamEvent&)>& on_event,
+                              std::vector<HttpHeader> headers, std::chrono::seconds timeout) {
+  HttpClientOptions options;
+  options.timeout = timeout;
+  auto client = HttpClient::create(options);
+  EXPECT_TRUE(client);
+  if (!body.empty()) headers.push_back({"Content-Type", "application/json"});
+  auto http = request(method, path, body, std::move(headers));
+  ApiResponse response;
+  agent::SseParser parser;
+  bool dropped = false;
+  auto sent =
+      client->send(http, [&](const HttpResponse& head, std::string_view piece) -> Result<void> {
+        response.status = head.status;
+        response.headers = head.headers;
+        if (!std::string_view(head.header("Content-Type")).starts_with("text/event-stream")) {
+          response.body.append(piece);
+          return {};
+        }
+        ASSIGN_OR_RETURN(auto events, parser.feed(piece));
+        for (auto& event : events) {
+          StreamEvent parsed{event.id, event.event,
+                             nlohmann::json::parse(event.data, nullptr, false)};
+          response.events.push_back(parsed);
+          if (on_event && !on_event(parsed)) {
+            dropped = true;
+            return make_error(ErrorCode::kCancelled, "the test dropped the stream");
+          }
+        }
+        return {};
+      });
+  if (!sent && !dropped) {
+    ADD_FAILURE() << method << " " << path << ": " << sent.error().message;
+  }
+  if (sent) response.status = sent->status;
+  if (!response.body.empty()) response.json = nlohmann::json::parse(response.body, nullptr, false);
+  record(http, response);
+  return response;
+}
+
+ApiResponse ApiClient::ask(const std::string& conversation, const std::string& question) {
+  return stream("POST", fmt::format("/api/v1/conversations/{}/messages", conversation),
+                nlohmann::json({{"content", question}}).dump());
+}
+
+ApiResponse ApiClient::cell(const std::string& conversation, const std::string& kind,
+                            const std::string& code, const std::string& filename) {
+  nlohmann::json body = {{"kind", kind}, {"code", code}};
+  if (!filename.empty()) body["filename"] = filename;
+  return stream("POST", fmt::format("/api/v1/conversations/{}/cells", conversation), body.dump());
+}
+
+std::string ApiClient::create_conversation(const std::string& title) {
+  auto created = post("/api/v1/conversations", title.empty() ? nlohmann::json::object()
+                                                             : nlohmann::json({{"title", title}}));
+  EXPECT_EQ(created.status, 201) << created.body;
+  return created.json.value("id", "");
+}
+
+std::vector<StreamEvent> of_type(const std::vector<StreamEvent>& events, std::string_view type) {
+  std::vector<StreamEvent> found;
+  for (const auto& event : events) {
+    if (event.type == type) found.push_back(event);
+  }
+  return found;
+}
+
+}  // namespace quarry::testing

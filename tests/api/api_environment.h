@@ -1,0 +1,157 @@
+// What the API tests share: `quarry serve` started as a separate process per test (with its own
+// config: the scripted model's scenario, tokens or none, limits), real sandboxes in the test
+// binary's state directory, the test binary's PostgreSQL, and an HTTP client that speaks to
+// the server as any other program would and records every exchange for the OpenAPI check.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/types.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/http_client.h"
+#include "server_process.h"
+
+namespace quarry::testing {
+
+// The scripted model server (over tests/api/scenarios and tests/agent/scenarios) and where the
+// model's requests are recorded. Started on first use (the sandbox environment must be set up
+// first), stopped when the test binary's environments are torn down.
+class ApiEnvironment : public ::testing::Environment {
+ public:
+  static ApiEnvironment& get();
+  void TearDown() override;
+  const std::string& model_url() const { return model_url_; }
+  const std::filesystem::path& model_requests() const { return model_requests_; }
+  // The requests the model received, in order (one JSON object each: method, target, body).
+  std::vector<nlohmann::json> requests_to_model() const;
+  // The demo data at full size (20 million events), loaded once per test binary.
+  void load_demo_data();
+
+ private:
+  void start();
+  bool started_ = false;
+  std::filesystem::path scenarios_;
+  std::filesystem::path model_requests_;
+  std::unique_ptr<ScriptedModelServer> model_;
+  std::string model_url_;
+  bool demo_data_ = false;
+};
+
+// Every member has a default, so designated initializers may name only what they set.
+struct ServerOptions {
+  std::string scenario = "peak_views";  // the model's name: the scenario that answers
+  bool tokens = false;                  // a tokens file with users alice and bob
+  std::string listen = "127.0.0.1:0";
+  std::string server_config{};  // YAML lines under "server:", each indented two spaces
+};
+
+// A `quarry serve` process of the test; stopped with SIGKILL when it goes out of scope, unless
+// stopped before.
+class QuarryServer {
+ public:
+  // Starts the server and waits until it listens; fails the test if it does not.
+  explicit QuarryServer(ServerOptions options = {});
+  ~QuarryServer();
+  QuarryServer(const QuarryServer&) = delete;
+  QuarryServer& operator=(const QuarryServer&) = delete;
+
+  bool started() const { return !url_.empty(); }
+  const std::string& url() const { return url_; }
+  pid_t pid() const { return pid_; }
+  // The token of a user of a server started with tokens ("alice", "bob").
+  std::string token(const std::string& user) const;
+  const std::filesystem::path& tokens_file() const { return tokens_file_; }
+  // Sends `signal` and returns the wait status.
+  int stop(int signal);
+  // What the server wrote on stderr so far.
+  std::string log() const;
+
+  // Runs the quarry command line with this server's config (e.g. {"token", "rm", "bob"}).
+  // Returns its exit status; `output` receives stdout and stderr.
+  int quarry(const std::vector<std::string>& args, std::string* output = nullptr) const;
+
+ private:
+  std::filesystem::path dir_;
+  std::filesystem::path config_;
+  std::filesystem::path tokens_file_;
+  std::filesystem::path log_;
+  std::map<std::string, std::string> tokens_;
+  pid_t pid_ = -1;
+  std::string url_;
+};
+
+// One event of a stream.
+struct StreamEvent {
+  std::string id;
+  std::string type;
+  nlohmann::json data;
+  std::string raw;  // the data as it came
+};
+
+struct ApiResponse {
+  int status = 0;
+  std::string body;
+  nlohmann::json json;  // the body parsed, when it is JSON
+  std::vector<HttpHeader> headers;
+  std::vector<StreamEvent> events;  // for text/event-stream
+  std::string header(std::string_view name) const;
+};
+
+// Speaks HTTP to the server like any client (real sockets, one connection per request), with a
+// token, a session cookie or neither.
+class ApiClient {
+ public:
+  explicit ApiClient(std::string base_url);
+
+  void use_token(std::string token) { token_ = std::move(token); }
+  void use_cookie(std::string cookie, std::string csrf) {
+    cookie_ = std::move(cookie);
+    csrf_ = std::move(csrf);
+  }
+
+  ApiResponse get(const std::string& path, std::vector<HttpHeader> headers = {});
+  ApiResponse post(const std::string& path, const nlohmann::json& body,
+                   std::vector<HttpHeader> headers = {});
+  ApiResponse del(const std::string& path, std::vector<HttpHeader> headers = {});
+  // Any request, the body sent as it is.
+  ApiResponse send(const std::string& method, const std::string& path, const std::string& body,
+                   std::vector<HttpHeader> headers = {});
+
+  // A request whose answer is a stream: each event goes to `on_event` as it arrives; returning
+  // false drops the connection there. The events are in the response too.
+  ApiResponse stream(const std::string& method, const std::string& path, const std::string& body,
+                     const std::function<bool(const StreamEvent&)>& on_event = {},
+                     std::vector<HttpHeader> headers = {},
+                     std::chrono::seconds timeout = std::chrono::seconds(300));
+
+  // POST {"content": question} to a conversation: the turn's whole stream.
+  ApiResponse ask(const std::string& conversation, const std::string& question);
+  // POST a cell: the turn's whole stream.
+  ApiResponse cell(const std::string& conversation, const std::string& kind,
+                   const std::string& code, const std::string& filename = "");
+  // A new conversation's id.
+  std::string create_conversation(const std::string& title = "");
+
+ private:
+  HttpRequest request(const std::string& method, const std::string& path, const std::string& body,
+                      std::vector<HttpHeader> headers) const;
+  void record(const HttpRequest& request, const ApiResponse& response) const;
+
+  std::string base_url_;
+  std::string token_, cookie_, csrf_;
+};
+
+// The events of a given type.
+std::vector<StreamEvent> of_type(const std::vector<StreamEvent>& events, std::string_view type);
+
+// Where the API tests write what they record (build/test-results/api).
+std::filesystem::path results_dir();
+
+}  // namespace quarry::testing
