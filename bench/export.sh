@@ -19,8 +19,8 @@ quarry=build/src/quarry
 
 scripts/setup
 scripts/build >/dev/null
-hash=$(sha256sum bench/requirements.txt | cut -c1-16)
-python=${QUARRY_CACHE_DIR:-/var/cache/quarry}/bench-venv-$hash/bin/python
+source scripts/lib.sh
+python=$(venv_path bench-venv bench/requirements.txt)/bin/python
 
 mkdir -p "$state"
 config=$state/bench.yml

@@ -245,10 +245,15 @@ class Exchange {
     request.version(11);
     request.method_string(request_.method);
     request.target(request_.target.empty() ? request_.url.target("") : request_.target);
-    request.set(http::field::host, request_.url.authority());
-    request.set(http::field::user_agent, kUserAgent);
     for (const auto& header : request_.headers)
       request.insert(header.name, header.value);
+    // The caller's own Host or User-Agent, if it gave one, goes instead of these.
+    if (request.find(http::field::host) == request.end()) {
+      request.set(http::field::host, request_.url.authority());
+    }
+    if (request.find(http::field::user_agent) == request.end()) {
+      request.set(http::field::user_agent, kUserAgent);
+    }
     request.keep_alive(false);  // one request per connection
     request.body() = request_.body;
     request.prepare_payload();

@@ -24,7 +24,8 @@ struct HttpRequest {
   std::string method = "GET";
   Url url;
   std::string target;  // e.g. url.target("/chat/completions")
-  // Host, User-Agent and Content-Length are added; give Content-Type and the rest here.
+  // Host, User-Agent and Content-Length are added (unless given here); give Content-Type and
+  // the rest here.
   std::vector<HttpHeader> headers;
   std::string body;
 };

@@ -83,6 +83,20 @@ bool changes_state(http::verb method) {
          method == http::verb::delete_;
 }
 
+// Closing a socket with unread bytes makes the kernel reset the connection, and a client still
+// sending its body may lose the answer it was about to read. So: stop sending, then read and
+// drop what still comes, for a little while (as nginx's lingering close does).
+net::awaitable<void> linger(beast::tcp_stream& stream) {
+  boost::system::error_code error;
+  stream.socket().shutdown(tcp::socket::shutdown_send, error);
+  stream.expires_after(std::chrono::seconds(2));
+  char scratch[16384];
+  while (!error) {
+    co_await stream.async_read_some(net::buffer(scratch),
+                                    net::redirect_error(net::use_awaitable, error));
+  }
+}
+
 }  // namespace
 
 Result<tcp::endpoint> parse_listen_address(std::string_view text) {
@@ -129,6 +143,8 @@ HttpServer::HttpServer(net::io_context& io, Api& api, Authenticator& auth, Strea
     access_log_ = spdlog::stderr_logger_mt("access");
     access_log_->set_pattern("%v");
   }
+  // --log-level warn (or above) silences it with the rest.
+  access_log_->set_level(spdlog::default_logger()->level());
 }
 
 HttpServer::~HttpServer() {
@@ -223,10 +239,17 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
   };
 
   auto write_error = [&](const ApiError& failure, bool keep_alive,
-                         Headers headers = {}) -> net::awaitable<Sent> {
-    co_return co_await write_json(failure.status, failure.body(), headers, keep_alive);
+                         const Headers& headers) -> net::awaitable<Sent> {
+    const nlohmann::json body = failure.body();
+    co_return co_await write_json(failure.status, body, headers, keep_alive);
   };
 
+  // Named, not temporaries in co_await expressions: GCC 12 may destroy such a temporary twice.
+  const Headers no_headers;
+  const ApiError too_large{413, "body_too_large",
+                           fmt::format("the body is larger than the server's limit of {} bytes "
+                                       "(server.max_body)",
+                                       options_.max_body)};
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(16 * 1024);
@@ -236,11 +259,8 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
                                      net::redirect_error(net::use_awaitable, error));
     const auto started = std::chrono::steady_clock::now();
     if (error == http::error::body_limit) {
-      co_await write_error({413, "body_too_large",
-                            fmt::format("the body is larger than the server's limit of {} bytes "
-                                        "(server.max_body)",
-                                        options_.max_body)},
-                           false);
+      co_await write_error(too_large, false, no_headers);
+      co_await linger(stream);
       break;
     }
     if (error == http::error::end_of_stream || error == beast::error::timeout ||
@@ -248,9 +268,10 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
       break;
     }
     if (error) {
-      co_await write_error({400, "bad_request",
-                            fmt::format("the request is not valid HTTP/1.1: {}", error.message())},
-                           false);
+      const ApiError malformed{
+          400, "bad_request",
+          fmt::format("the request is not valid HTTP/1.1: {}", error.message())};
+      co_await write_error(malformed, false, no_headers);
       break;
     }
     if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
@@ -261,11 +282,8 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
     co_await http::async_read(stream, buffer, parser,
                               net::redirect_error(net::use_awaitable, error));
     if (error == http::error::body_limit) {
-      co_await write_error({413, "body_too_large",
-                            fmt::format("the body is larger than the server's limit of {} bytes "
-                                        "(server.max_body)",
-                                        options_.max_body)},
-                           false);
+      co_await write_error(too_large, false, no_headers);
+      co_await linger(stream);
       break;
     }
     if (error) break;
@@ -333,8 +351,8 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
         response.keep_alive(keep_alive);
         response.body().open(file->path.c_str(), beast::file_mode::scan, error);
         if (error) {
-          sent = co_await write_error({404, "not_found", "the artifact's file cannot be read"},
-                                      keep_alive);
+          const ApiError unreadable{404, "not_found", "the artifact's file cannot be read"};
+          sent = co_await write_error(unreadable, keep_alive, no_headers);
         } else {
           response.set(http::field::content_type, to_beast(content_type_of(file->type)));
           response.set(http::field::content_disposition,
@@ -362,7 +380,9 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
                                                   net::redirect_error(net::use_awaitable, error));
           co_return !error;
         };
-        bool open = !error && co_await send("retry: 2000\n\n");
+        const std::string retry = "retry: 2000\n\n";
+        const std::string keep_alive_comment = ": keep-alive\n\n";
+        bool open = !error && co_await send(retry);
         EventId position = plan.after;
         auto timer = std::make_shared<net::steady_timer>(io_);
         while (open) {
@@ -391,7 +411,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
           boost::system::error_code waited;
           co_await timer->async_wait(net::redirect_error(net::use_awaitable, waited));
           hub_.disarm(plan.conversation_id, timer);
-          if (!waited) open = co_await send(": keep-alive\n\n");  // it expired: nothing new
+          if (!waited) open = co_await send(keep_alive_comment);  // it expired: nothing new
         }
         if (open) {
           stream.expires_after(options_.write_timeout);

@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <condition_variable>
 #include <thread>
@@ -57,6 +58,16 @@ std::string url_of(const tcp::endpoint& endpoint) {
   return fmt::format("http://{}:{}", host, endpoint.port());
 }
 
+// Each client holds a descriptor (a watcher of a conversation's stream holds one for as long as
+// it watches): take the whole hard limit the system allows, not the soft 1024.
+void raise_descriptor_limit() {
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+}
+
 }  // namespace
 
 std::filesystem::path tokens_path(const Config& config, const std::filesystem::path& state_dir) {
@@ -78,6 +89,7 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
                       url_of(endpoint), tokens_file.string());
   }
 
+  raise_descriptor_limit();
   RETURN_IF_ERROR(make_directories(options.state_dir, 0755));
   ASSIGN_OR_RETURN(auto provider, sandbox::local::LocalProvider::open(
                                       config.sandbox, {options.state_dir, options.cache_dir, {}}));

@@ -7,12 +7,16 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/http_client.h"
@@ -50,6 +54,8 @@ struct ServerOptions {
   bool tokens = false;                  // a tokens file with users alice and bob
   std::string listen = "127.0.0.1:0";
   std::string server_config{};  // YAML lines under "server:", each indented two spaces
+  std::string model_config{};   // instead of the scripted model: YAML lines under "model:"
+  bool expect_start = true;     // false: the server is to refuse to start
 };
 
 // A `quarry serve` process of the test; stopped with SIGKILL when it goes out of scope, unless
@@ -65,9 +71,12 @@ class QuarryServer {
   bool started() const { return !url_.empty(); }
   const std::string& url() const { return url_; }
   pid_t pid() const { return pid_; }
-  // The token of a user of a server started with tokens ("alice", "bob").
+  // The token of a user of a server started with tokens ("alice", "bob"), and the user's name
+  // (made unique to this server, so tests sharing the history do not see each other's).
   std::string token(const std::string& user) const;
+  std::string user(const std::string& user) const;
   const std::filesystem::path& tokens_file() const { return tokens_file_; }
+  const std::filesystem::path& config() const { return config_; }
   // Sends `signal` and returns the wait status.
   int stop(int signal);
   // What the server wrote on stderr so far.
@@ -83,6 +92,7 @@ class QuarryServer {
   std::filesystem::path tokens_file_;
   std::filesystem::path log_;
   std::map<std::string, std::string> tokens_;
+  std::string user_suffix_;
   pid_t pid_ = -1;
   std::string url_;
 };
@@ -111,6 +121,8 @@ class ApiClient {
   explicit ApiClient(std::string base_url);
 
   void use_token(std::string token) { token_ = std::move(token); }
+  // The server is going to be killed: a connection it breaks is no test failure.
+  void expect_breaks() { expect_breaks_ = true; }
   void use_cookie(std::string cookie, std::string csrf) {
     cookie_ = std::move(cookie);
     csrf_ = std::move(csrf);
@@ -126,10 +138,11 @@ class ApiClient {
 
   // A request whose answer is a stream: each event goes to `on_event` as it arrives; returning
   // false drops the connection there. The events are in the response too.
+  // `cancel_fd` readable drops it too, even while nothing arrives.
   ApiResponse stream(const std::string& method, const std::string& path, const std::string& body,
                      const std::function<bool(const StreamEvent&)>& on_event = {},
                      std::vector<HttpHeader> headers = {},
-                     std::chrono::seconds timeout = std::chrono::seconds(300));
+                     std::chrono::seconds timeout = std::chrono::seconds(300), int cancel_fd = -1);
 
   // POST {"content": question} to a conversation: the turn's whole stream.
   ApiResponse ask(const std::string& conversation, const std::string& question);
@@ -146,6 +159,35 @@ class ApiClient {
 
   std::string base_url_;
   std::string token_, cookie_, csrf_;
+  bool expect_breaks_ = false;
+};
+
+// A stream read on a thread of its own, so the test can act while it runs (cancel the turn,
+// stop the server) and wait for what it expects to see.
+class BackgroundStream {
+ public:
+  BackgroundStream(ApiClient client, std::string method, std::string path, std::string body = "",
+                   std::vector<HttpHeader> headers = {});
+  ~BackgroundStream();  // drops the stream if it still runs
+  // The first event (counting from the start) that satisfies `match`, waiting up to `timeout`.
+  std::optional<StreamEvent> wait_for(const std::function<bool(const StreamEvent&)>& match,
+                                      std::chrono::seconds timeout = std::chrono::seconds(60));
+  std::optional<StreamEvent> wait_for_type(std::string_view type,
+                                           std::chrono::seconds timeout = std::chrono::seconds(60));
+  // Drops the connection now.
+  void drop();
+  // Waits for the stream to end and returns it.
+  ApiResponse finish();
+
+ private:
+  ApiClient client_;
+  int cancel_fd_ = -1;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<StreamEvent> events_;
+  bool ended_ = false;
+  ApiResponse response_;
+  std::thread thread_;
 };
 
 // The events of a given type.

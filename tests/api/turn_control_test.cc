@@ -1,0 +1,211 @@
+// Turns under the user's control: one at a time per conversation, cancelled at once whether the
+// model is thinking or a command is running, and the conversation usable after; cells of each
+// kind; deleting a conversation whole.
+#include <gtest/gtest.h>
+
+#include "api_environment.h"
+#include "sandbox_environment.h"
+
+namespace quarry::testing {
+namespace {
+
+std::string messages_path(const std::string& id) {
+  return fmt::format("/api/v1/conversations/{}/messages", id);
+}
+
+TEST(TurnControl, ASecondTurnIsRefusedWhileOneRunsAndDeletingWaitsForIt) {
+  QuarryServer server;
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const auto id = api.create_conversation("one at a time");
+  BackgroundStream running(api, "POST", fmt::format("/api/v1/conversations/{}/cells", id),
+                           nlohmann::json({{"kind", "python"},
+                                           {"code",
+                                            "import time\n"
+                                            "print('busy', flush=True)\n"
+                                            "time.sleep(3)\n"
+                                            "open('/home/sandbox/outputs/done.csv', 'w')"
+                                            ".write('a\\n1\\n')\n"}})
+                               .dump());
+  ASSERT_TRUE(running.wait_for_type("output"));
+
+  auto second = api.post(messages_path(id), {{"content", "and another thing"}});
+  EXPECT_EQ(second.status, 409);
+  EXPECT_EQ(second.json["error"]["code"], "turn_running");
+  auto cell = api.post(fmt::format("/api/v1/conversations/{}/cells", id),
+                       {{"kind", "sql_query"}, {"code", "SELECT 1"}});
+  EXPECT_EQ(cell.status, 409);
+  auto deleted = api.del("/api/v1/conversations/" + id);
+  EXPECT_EQ(deleted.status, 409);
+  EXPECT_EQ(deleted.json["error"]["code"], "turn_running");
+
+  auto finished = running.finish();
+  ASSERT_EQ(finished.events.back().type, "done");
+  EXPECT_EQ(finished.events.back().data["status"], "completed");
+  // Only the first turn happened.
+  auto document = api.get("/api/v1/conversations/" + id);
+  EXPECT_EQ(document.json["turns"].size(), 1u);
+  ASSERT_EQ(document.json["artifacts"].size(), 1u);
+  const std::string sandbox = document.json["sandbox"]["sandbox_id"];
+
+  // Now it can go, whole: history, artifacts, sandbox.
+  EXPECT_EQ(api.del("/api/v1/conversations/" + id).status, 204);
+  EXPECT_EQ(api.get("/api/v1/conversations/" + id).status, 404);
+  EXPECT_EQ(api.get(document.json["artifacts"][0]["url"]).status, 404);
+  EXPECT_FALSE(std::filesystem::exists(SandboxEnvironment::get().state_dir() / "artifacts" / id));
+  auto alive = SandboxEnvironment::get().provider().is_alive(sandbox);
+  EXPECT_TRUE(!alive || !*alive);
+  EXPECT_EQ(api.del("/api/v1/conversations/" + id).status, 404);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+TEST(TurnControl, CancelWhileTheModelIsAskedStopsTheTurnAndKeepsTheConversation) {
+  QuarryServer server({.scenario = "slow_answer"});
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const auto id = api.create_conversation();
+  BackgroundStream turn(api, "POST", messages_path(id),
+                        R"({"content": "Take your time: what is in the tables?"})");
+  ASSERT_TRUE(turn.wait_for_type("turn_started"));
+
+  auto cancelled = api.post(fmt::format("/api/v1/conversations/{}/cancel", id), nullptr);
+  ASSERT_EQ(cancelled.status, 202) << cancelled.body;
+  EXPECT_EQ(cancelled.json["turn"], 1);
+  auto stream = turn.finish();
+  ASSERT_FALSE(stream.events.empty());
+  const auto& done = stream.events.back();
+  EXPECT_EQ(done.type, "done");
+  EXPECT_EQ(done.data["status"], "cancelled");
+  EXPECT_EQ(done.data["error"], "cancelled by the user");
+  auto errors = of_type(stream.events, "error");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].data["code"], "cancelled");
+  // The model's answer never came: the request was closed before it.
+  EXPECT_TRUE(of_type(stream.events, "text").empty());
+
+  auto document = api.get("/api/v1/conversations/" + id);
+  ASSERT_EQ(document.json["turns"].size(), 1u);
+  EXPECT_EQ(document.json["turns"][0]["status"], "cancelled");
+  EXPECT_EQ(document.json["turns"][0]["error"], "cancelled by the user");
+  for (const auto& message : document.json["messages"])
+    EXPECT_NE(message["role"], "assistant");
+
+  // Nothing left to cancel; and the conversation goes on.
+  auto again = api.post(fmt::format("/api/v1/conversations/{}/cancel", id), nullptr);
+  EXPECT_EQ(again.status, 409);
+  EXPECT_EQ(again.json["error"]["code"], "no_turn_running");
+  auto cell = api.cell(id, "sql_query", "SELECT 41 + 1 AS answer");
+  ASSERT_EQ(cell.events.back().data["status"], "completed");
+  EXPECT_NE(of_type(cell.events, "tool_finished")[0].data["content"].get<std::string>().find("42"),
+            std::string::npos);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+TEST(TurnControl, CancelWhileACommandRunsKillsItAndTheNextTurnKnows) {
+  QuarryServer server({.scenario = "long_command"});
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const auto id = api.create_conversation();
+  BackgroundStream turn(api, "POST", messages_path(id), R"({"content": "Run the long one."})");
+  auto ready = turn.wait_for([](const StreamEvent& event) {
+    return event.type == "sandbox" && event.data["kind"] == "sandbox_ready";
+  });
+  ASSERT_TRUE(ready);
+  const std::string sandbox_id = ready->data["sandbox_id"];
+  auto started = turn.wait_for([](const StreamEvent& event) {
+    return event.type == "output" &&
+           event.data["text"].get<std::string>().find("started") != std::string::npos;
+  });
+  ASSERT_TRUE(started);
+  EXPECT_EQ(host_processes_of(sandbox_id).size(), 3u);  // init, the command, its child
+
+  auto cancelled = api.post(fmt::format("/api/v1/conversations/{}/cancel", id), nullptr);
+  ASSERT_EQ(cancelled.status, 202);
+  auto stream = turn.finish();
+  EXPECT_EQ(stream.events.back().data["status"], "cancelled");
+  // The command is gone from the sandbox, with the child it started; the sandbox stays for the
+  // next turn.
+  EXPECT_EQ(host_processes_of(sandbox_id).size(), 1u);
+  auto document = api.get("/api/v1/conversations/" + id);
+  EXPECT_EQ(document.json["turns"][0]["status"], "cancelled");
+  EXPECT_EQ(document.json["sandbox"]["state"], "idle");
+  const auto& messages = document.json["messages"];
+  ASSERT_GE(messages.size(), 3u);
+  EXPECT_EQ(messages[2]["role"], "tool");
+  EXPECT_EQ(messages[2]["content"], "(stopped: the turn was cancelled)");
+
+  // The next question: the model is told the step was stopped (the scripted model would refuse
+  // a history with an unanswered call, as OpenAI does).
+  auto next = api.ask(id, "Please try again");
+  ASSERT_EQ(next.events.back().type, "done");
+  EXPECT_EQ(next.events.back().data["status"], "completed") << next.events.back().data.dump();
+  EXPECT_EQ(next.events.back().data["answer"],
+            "The previous step was cancelled before it finished.");
+  auto late = api.cell(id, "python", "import os\nprint(os.path.exists('/home/sandbox/late.txt'))");
+  EXPECT_NE(
+      of_type(late.events, "tool_finished")[0].data["content"].get<std::string>().find("False"),
+      std::string::npos);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+TEST(TurnControl, CellsOfEveryKindAreStepsLikeTheModelsOwn) {
+  ApiEnvironment::get().load_demo_data();
+  QuarryServer server;
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const auto id = api.create_conversation();
+
+  auto query = api.cell(id, "sql_query", "SELECT count(*) AS videos FROM trending_videos");
+  ASSERT_EQ(query.events.back().data["status"], "completed");
+  auto finished = of_type(query.events, "tool_finished");
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].data["tool"], "query_database");
+  EXPECT_TRUE(finished[0].data["exec"].is_null());
+
+  auto exported = api.cell(id, "sql_export",
+                           "SELECT video_id, max(views) AS peak FROM trending_videos GROUP BY 1",
+                           "peaks.parquet");
+  ASSERT_EQ(exported.events.back().data["status"], "completed");
+  EXPECT_NE(of_type(exported.events, "tool_finished")[0].data["content"].get<std::string>().find(
+                "Wrote 6351 rows"),
+            std::string::npos);
+
+  auto python = api.cell(id, "python",
+                         "import polars as pl\n"
+                         "peaks = pl.read_parquet('/home/sandbox/data/peaks.parquet')\n"
+                         "print(len(peaks))\n"
+                         "peaks.head(3).write_csv('/home/sandbox/outputs/top.csv')\n");
+  ASSERT_EQ(python.events.back().data["status"], "completed");
+  auto run = of_type(python.events, "tool_finished")[0].data;
+  EXPECT_EQ(run["ok"], true);
+  EXPECT_EQ(run["exec"]["exit_code"], 0);
+  ASSERT_EQ(of_type(python.events, "artifact").size(), 1u);
+  auto listed = api.get(fmt::format("/api/v1/conversations/{}/artifacts", id));
+  ASSERT_EQ(listed.status, 200);
+  ASSERT_EQ(listed.json["artifacts"].size(), 1u);
+  EXPECT_EQ(listed.json["artifacts"][0]["name"], "top.csv");
+  auto top = api.get(listed.json["artifacts"][0]["url"]).body;
+  EXPECT_TRUE(top.starts_with("video_id,peak\n")) << top;
+  EXPECT_EQ(std::count(top.begin(), top.end(), '\n'), 4);
+
+  // Recorded as steps: the user's note, a call and its result, metered like the model's.
+  auto document = api.get("/api/v1/conversations/" + id);
+  EXPECT_EQ(document.json["turns"].size(), 3u);
+  for (const auto& turn : document.json["turns"])
+    EXPECT_EQ(turn["kind"], "cell");
+  const auto& messages = document.json["messages"];
+  ASSERT_EQ(messages.size(), 9u);
+  EXPECT_EQ(messages[0]["details"]["cell"], "sql_query");
+  EXPECT_EQ(messages[1]["tool_calls"][0]["name"], "query_database");
+  EXPECT_EQ(messages[2]["tool_call_id"], messages[1]["tool_calls"][0]["id"]);
+  EXPECT_EQ(messages[2]["details"]["ok"], true);
+  ASSERT_EQ(document.json["execs"].size(), 1u);
+  EXPECT_EQ(document.json["execs"][0]["tool"], "run_python");
+  EXPECT_EQ(document.json["execs"][0]["stdout"], "6351\n");
+  // The title comes from the first cell.
+  EXPECT_EQ(document.json["title"], "SELECT count(*) AS videos FROM trending_videos");
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+}  // namespace
+}  // namespace quarry::testing
