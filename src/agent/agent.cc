@@ -137,6 +137,19 @@ nlohmann::json tool_details(const ToolCall& call, const ToolResult& result) {
   return details;
 }
 
+// Records how the turn ended; a failure is also an error event.
+void finish(conversation::Turn& turn, const Error* error, int step, const AgentEventSink& emit) {
+  if (!error) {
+    turn.finish(TurnStatus::kCompleted);
+    return;
+  }
+  const bool cancelled = error->code == ErrorCode::kCancelled;
+  turn.finish(cancelled ? TurnStatus::kCancelled : TurnStatus::kFailed, error->message);
+  AgentEvent failed = event(AgentEvent::Kind::kError, step, error->message);
+  failed.error_code = error->code;
+  emit(failed);
+}
+
 }  // namespace
 
 AgentOptions agent_options(const Config& config) {
@@ -376,15 +389,7 @@ Result<std::string> Agent::run_turn(conversation::Turn& turn, std::string_view u
     if (on_event) on_event(event);
   };
   auto answer = loop(turn, user_message, emit, cancel_fd);
-  if (answer) {
-    turn.finish(TurnStatus::kCompleted);
-    return answer;
-  }
-  const bool cancelled = answer.error().code == ErrorCode::kCancelled;
-  turn.finish(cancelled ? TurnStatus::kCancelled : TurnStatus::kFailed, answer.error().message);
-  AgentEvent failed = event(AgentEvent::Kind::kError, 0, answer.error().message);
-  failed.error_code = answer.error().code;
-  emit(failed);
+  finish(turn, answer ? nullptr : &answer.error(), 0, emit);
   return answer;
 }
 
@@ -451,16 +456,8 @@ Result<ToolResult> Agent::run_cell(conversation::Turn& turn, const Cell& cell,
     if (result.cancelled) return make_error(ErrorCode::kCancelled, "the cell was cancelled");
     return result;
   }();
-  if (ran) {
-    turn.finish(TurnStatus::kCompleted);
-    emit(event(AgentEvent::Kind::kDone, 1));
-    return ran;
-  }
-  const bool cancelled = ran.error().code == ErrorCode::kCancelled;
-  turn.finish(cancelled ? TurnStatus::kCancelled : TurnStatus::kFailed, ran.error().message);
-  AgentEvent failed = event(AgentEvent::Kind::kError, 1, ran.error().message);
-  failed.error_code = ran.error().code;
-  emit(failed);
+  finish(turn, ran ? nullptr : &ran.error(), 1, emit);
+  if (ran) emit(event(AgentEvent::Kind::kDone, 1));
   return ran;
 }
 

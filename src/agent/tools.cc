@@ -97,22 +97,13 @@ ToolResult failed(std::string message) {
   return result;
 }
 
-std::string json_type(const nlohmann::json& value) {
-  if (value.is_string()) return "string";
-  if (value.is_array()) return "array";
-  if (value.is_object()) return "object";
-  if (value.is_boolean()) return "boolean";
-  if (value.is_number()) return "number";
-  return "null";
-}
-
 }  // namespace
 
 Result<void> check_arguments(const ToolSchema& definition, const nlohmann::json& arguments) {
   if (!arguments.is_object()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "{}: the arguments must be a JSON object, not {}", definition.name,
-                      json_type(arguments));
+                      arguments.type_name());
   }
   const auto& properties = definition.parameters["properties"];
   for (const auto& [key, value] : arguments.items()) {
@@ -125,9 +116,9 @@ Result<void> check_arguments(const ToolSchema& definition, const nlohmann::json&
                         known.empty() ? "none" : fmt::format("{}", fmt::join(known, ", ")));
     }
     const std::string expected = properties[key]["type"];
-    if (json_type(value) != expected) {
+    if (value.type_name() != expected) {
       return make_error(ErrorCode::kInvalidArgument, "{}: '{}' must be a {}, not {}",
-                        definition.name, key, expected, json_type(value));
+                        definition.name, key, expected, value.type_name());
     }
     if (expected == "array") {
       for (const auto& item : value) {

@@ -5,15 +5,6 @@
 
 namespace quarry::server {
 
-std::string_view json_type(const nlohmann::json& value) {
-  if (value.is_string()) return "string";
-  if (value.is_boolean()) return "boolean";
-  if (value.is_number()) return "number";
-  if (value.is_array()) return "array";
-  if (value.is_object()) return "object";
-  return "null";
-}
-
 ApiResult<JsonBody> JsonBody::parse(std::string_view body, std::string_view content_type,
                                     std::initializer_list<std::string_view> fields) {
   const auto media = content_type.substr(0, content_type.find(';'));
@@ -30,7 +21,7 @@ ApiResult<JsonBody> JsonBody::parse(std::string_view body, std::string_view cont
     auto object = nlohmann::json::parse(body);
     if (!object.is_object()) {
       return api_error(400, "invalid_json", "the body must be a JSON object, not {}",
-                       json_type(object));
+                       object.type_name());
     }
     for (const auto& [name, value] : object.items()) {
       if (std::find(fields.begin(), fields.end(), name) == fields.end()) {
@@ -54,7 +45,7 @@ ApiResult<std::optional<std::string>> JsonBody::optional_string(std::string_view
   if (value == object_.end() || value->is_null()) return std::nullopt;
   if (!value->is_string()) {
     return api_error(400, "invalid_field", "'{}' must be a string, not {}", name,
-                     json_type(*value));
+                     value->type_name());
   }
   const auto& text = value->get_ref<const std::string&>();
   if (text.size() > max_bytes) {

@@ -30,7 +30,4 @@ class JsonBody {
   nlohmann::json object_;
 };
 
-// The JSON type of a value in words ("string", "number", "object", ...), for messages.
-std::string_view json_type(const nlohmann::json& value);
-
 }  // namespace quarry::server

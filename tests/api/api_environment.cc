@@ -1,9 +1,6 @@
 #include "api_environment.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,13 +12,10 @@
 #include "common/command.h"
 #include "common/file_util.h"
 #include "common/progress.h"
-#include "common/unique_fd.h"
 #include "common/url.h"
 #include "data/demo_data.h"
 #include "postgres_environment.h"
 #include "sandbox_environment.h"
-
-extern char** environ;
 
 namespace quarry::testing {
 namespace {
@@ -29,26 +23,6 @@ namespace {
 std::string test_name() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return info ? fmt::format("{}.{}", info->test_suite_name(), info->name()) : "setup";
-}
-
-// The first line `fd` gives within `timeout`, or "" if none comes (the process ended).
-std::string read_line(int fd, std::chrono::milliseconds timeout) {
-  std::string line;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd watch{.fd = fd, .events = POLLIN, .revents = 0};
-    if (::poll(&watch, 1, 100) <= 0) continue;
-    char c;
-    const ssize_t n = ::read(fd, &c, 1);
-    if (n == 0) return "";
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return "";
-    }
-    if (c == '\n') return line;
-    line += c;
-  }
-  return "";
 }
 
 }  // namespace
@@ -151,40 +125,13 @@ QuarryServer::QuarryServer(ServerOptions options) {
     }
   }
 
-  const std::vector<std::string> args = {SandboxEnvironment::get().quarry_binary().string(),
-                                         "--config",
-                                         config_.string(),
-                                         "--state-dir",
-                                         sandboxes.state_dir().string(),
-                                         "--cache-dir",
-                                         sandboxes.cache_dir().string(),
-                                         "serve",
-                                         "--listen",
-                                         options.listen};
-  std::vector<char*> argv;
-  for (const auto& arg : args)
-    argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) {
-    ADD_FAILURE() << "pipe failed";
-    return;
-  }
-  UniqueFd read_end(out[0]);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log_.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  const int spawned = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(out[1]);
-  if (spawned != 0) {
-    pid_ = -1;
-    ADD_FAILURE() << "cannot start quarry serve: " << std::strerror(spawned);
-    return;
-  }
-  const std::string line = read_line(read_end.get(), std::chrono::seconds(60));
+  process_ = std::make_unique<ChildProcess>(
+      std::vector<std::string>{SandboxEnvironment::get().quarry_binary().string(), "--config",
+                               config_.string(), "--state-dir", sandboxes.state_dir().string(),
+                               "--cache-dir", sandboxes.cache_dir().string(), "serve", "--listen",
+                               options.listen},
+      log_);
+  const std::string line = process_->line().value_or("");
   constexpr std::string_view kReady = "quarry is serving on ";
   if (!line.starts_with(kReady)) {
     if (options.expect_start) ADD_FAILURE() << "quarry serve did not start; its log:\n" << log();
@@ -194,7 +141,7 @@ QuarryServer::QuarryServer(ServerOptions options) {
 }
 
 QuarryServer::~QuarryServer() {
-  if (pid_ > 0) stop(SIGKILL);
+  stop(SIGKILL);
 }
 
 std::string QuarryServer::token(const std::string& user) const {
@@ -207,11 +154,8 @@ std::string QuarryServer::user(const std::string& user) const {
 }
 
 int QuarryServer::stop(int signal) {
-  if (pid_ <= 0) return -1;
-  ::kill(pid_, signal);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
+  if (!process_ || !process_->started()) return -1;
+  const int status = process_->stop(signal);
   reap_orphaned_inits();
   return status;
 }

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.h"
 #include "common/http_client.h"
 #include "server_process.h"
 
@@ -70,7 +71,6 @@ class QuarryServer {
 
   bool started() const { return !url_.empty(); }
   const std::string& url() const { return url_; }
-  pid_t pid() const { return pid_; }
   // The token of a user of a server started with tokens ("alice", "bob"), and the user's name
   // (made unique to this server, so tests sharing the history do not see each other's).
   std::string token(const std::string& user) const;
@@ -93,7 +93,7 @@ class QuarryServer {
   std::filesystem::path log_;
   std::map<std::string, std::string> tokens_;
   std::string user_suffix_;
-  pid_t pid_ = -1;
+  std::unique_ptr<ChildProcess> process_;
   std::string url_;
 };
 

@@ -2,17 +2,14 @@
 // (recorded), destroys this run's sandboxes and exits 0; a SIGKILL in the middle of a command
 // leaves nothing that outlives the turn, and after a restart the conversation goes on with a
 // history a real model accepts. The same for `quarry ask` killed under its command.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include "api_environment.h"
+#include "child_process.h"
 #include "conversation/conversation_manager.h"
 #include "sandbox_environment.h"
-
-extern char** environ;
 
 namespace quarry::testing {
 namespace {
@@ -147,70 +144,15 @@ TEST(Lifecycle, SigkillUnderACommandThenRestartTheConversationGoesOn) {
   EXPECT_EQ(restarted.stop(SIGTERM), 0);
 }
 
-// `quarry ask` as a separate process, its stdout read line by line.
-class AskProcess {
- public:
-  // With the config of `server`.
-  AskProcess(const QuarryServer& server, const std::vector<std::string>& args) {
-    auto& sandboxes = SandboxEnvironment::get();
-    std::vector<std::string> argv = {sandboxes.quarry_binary().string(), "--config",
-                                     server.config().string(),           "--state-dir",
-                                     sandboxes.state_dir().string(),     "ask"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> pointers;
-    for (auto& arg : argv)
-      pointers.push_back(arg.data());
-    pointers.push_back(nullptr);
-    int out[2];
-    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    EXPECT_EQ(::posix_spawn(&pid_, pointers[0], &actions, nullptr, pointers.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(out[1]);
-    out_ = ::fdopen(out[0], "r");
-  }
-  ~AskProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    ::fclose(out_);
-  }
-  // Reads lines until one contains `text`; false at the end of the output.
-  bool wait_for_line(std::string_view text) {
-    char buffer[4096];
-    while (::fgets(buffer, sizeof buffer, out_)) {
-      if (std::string_view(buffer).find(text) != std::string_view::npos) return true;
-    }
-    return false;
-  }
-  std::string rest() {
-    std::string text;
-    char buffer[4096];
-    while (::fgets(buffer, sizeof buffer, out_))
-      text += buffer;
-    return text;
-  }
-  int kill_and_wait(int signal) {
-    ::kill(pid_, signal);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-  int wait() {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-};
+// `quarry ask` as a separate process with the config of `server`.
+ChildProcess ask(const QuarryServer& server, const std::vector<std::string>& args) {
+  auto& sandboxes = SandboxEnvironment::get();
+  std::vector<std::string> argv = {sandboxes.quarry_binary().string(), "--config",
+                                   server.config().string(),           "--state-dir",
+                                   sandboxes.state_dir().string(),     "ask"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return ChildProcess(argv);
+}
 
 TEST(Lifecycle, QuarryAskKilledUnderACommandLeavesNothingRunningIntoTheNextTurn) {
   // A server only to write the config and to read the conversation back; the turns are asked
@@ -220,11 +162,11 @@ TEST(Lifecycle, QuarryAskKilledUnderACommandLeavesNothingRunningIntoTheNextTurn)
   ApiClient api(server.url());
   const auto id = api.create_conversation();
   {
-    AskProcess ask(server, {"--conversation", id, "Run the long one"});
-    ASSERT_TRUE(ask.wait_for_line("[run_python"));
+    auto first = ask(server, {"--conversation", id, "Run the long one"});
+    ASSERT_TRUE(first.line_with("[run_python"));
     // The command prints "started" at once; give it a moment to be running, then kill.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    ask.kill_and_wait(SIGKILL);
+    first.stop(SIGKILL);
   }
   auto document = api.get("/api/v1/conversations/" + id);
   const std::string sandbox_id = document.json["sandbox"]["sandbox_id"];
@@ -232,7 +174,7 @@ TEST(Lifecycle, QuarryAskKilledUnderACommandLeavesNothingRunningIntoTheNextTurn)
   // Init killed the command when its caller went; its detached child runs on.
   EXPECT_EQ(host_processes_of(sandbox_id).size(), 2u);
 
-  AskProcess next(server, {"--conversation", id, "Please try again"});
+  auto next = ask(server, {"--conversation", id, "Please try again"});
   const std::string output = next.rest();
   EXPECT_EQ(next.wait(), 0) << output;
   EXPECT_NE(output.find("interrupted before it finished"), std::string::npos) << output;

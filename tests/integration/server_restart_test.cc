@@ -1,20 +1,16 @@
 // A server process killed without warning leaves its sandboxes running; the next run of the
 // same instance destroys them and carries on with every conversation. A normal stop leaves
 // nothing.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <sstream>
 
+#include "child_process.h"
 #include "conversation/conversation_manager.h"
 #include "conversation/sqlite_history_store.h"
 #include "sandbox_environment.h"
-
-extern char** environ;
 
 namespace quarry::testing {
 namespace {
@@ -22,56 +18,19 @@ namespace {
 // A conversation_server child whose stdout we read line by line.
 class ServerProcess {
  public:
-  ServerProcess(const std::string& history, const std::string& instance, int conversations) {
-    auto& environment = SandboxEnvironment::get();
-    std::vector<std::string> args = {
-        (std::filesystem::path(QUARRY_BUILD_DIR) / "tests/conversation_server").string(),
-        environment.state_dir().string(),
-        environment.cache_dir().string(),
-        history,
-        instance,
-        std::to_string(conversations)};
-    std::vector<char*> argv;
-    for (auto& arg : args)
-      argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    int fds[2];
-    EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    EXPECT_EQ(::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    out_ = ::fdopen(fds[0], "r");
+  ServerProcess(const std::string& history, const std::string& instance, int conversations)
+      : process_({(std::filesystem::path(QUARRY_BUILD_DIR) / "tests/conversation_server").string(),
+                  SandboxEnvironment::get().state_dir().string(),
+                  SandboxEnvironment::get().cache_dir().string(), history, instance,
+                  std::to_string(conversations)}) {
+    EXPECT_TRUE(process_.started());
   }
-  ~ServerProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (out_) ::fclose(out_);
-  }
-
-  std::string line() {
-    char buffer[4096];
-    if (!::fgets(buffer, sizeof buffer, out_)) return "";
-    std::string text = buffer;
-    if (!text.empty() && text.back() == '\n') text.pop_back();
-    return text;
-  }
+  std::string line() { return process_.line().value_or(""); }
   // Sends `signal` and returns the exit status.
-  int stop(int signal) {
-    ::kill(pid_, signal);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
+  int stop(int signal) { return process_.stop(signal); }
 
  private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
+  ChildProcess process_;
 };
 
 std::vector<std::string> ids_after(const std::string& line, std::string_view prefix) {

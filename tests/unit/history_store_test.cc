@@ -244,3 +244,203 @@ TEST_F(HistoryStoreTest, AWriterKilledMidWriteLeavesAConsistentStore) {
 
 }  // namespace
 }  // namespace quarry::conversation
+
+namespace quarry::conversation {
+namespace {
+
+class HistoryStoreV2Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / fmt::format("quarry-history2-{}", ::getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::unique_ptr<SqliteHistoryStore> open() {
+    auto store = SqliteHistoryStore::open(dir_ / "history.db", clock_);
+    EXPECT_TRUE(store) << store.error().message;
+    return store ? std::move(*store) : nullptr;
+  }
+  std::filesystem::path dir_;
+  ManualClock clock_;
+};
+
+TEST_F(HistoryStoreV2Test, TurnsAreRecordedWithTheirKindAndHowTheyEnded) {
+  auto store = open();
+  auto id = store->create_conversation("", "alice")->id;
+  EXPECT_EQ(*store->begin_turn(id, TurnKind::kAsk), 1);
+  EXPECT_EQ(*store->begin_turn(id, TurnKind::kCell), 2);
+  ASSERT_TRUE(store->finish_turn(id, 1, TurnStatus::kCancelled, "cancelled by the user"));
+  auto turns = *store->turns(id);
+  ASSERT_EQ(turns.size(), 2u);
+  EXPECT_EQ(turns[0].kind, TurnKind::kAsk);
+  EXPECT_EQ(turns[0].status, TurnStatus::kCancelled);
+  EXPECT_EQ(turns[0].error, "cancelled by the user");
+  EXPECT_TRUE(turns[0].finished_at);
+  EXPECT_EQ(turns[1].kind, TurnKind::kCell);
+  EXPECT_EQ(turns[1].status, TurnStatus::kRunning);
+  EXPECT_FALSE(turns[1].finished_at);
+  auto unfinished = *store->unfinished_turns();
+  ASSERT_EQ(unfinished.size(), 1u);
+  EXPECT_EQ(unfinished[0].first, id);
+  EXPECT_EQ(unfinished[0].second.number, 2);
+  EXPECT_EQ(store->finish_turn(id, 7, TurnStatus::kCompleted, "").error().code,
+            ErrorCode::kNotFound);
+  // A name is given once, by the first question.
+  ASSERT_TRUE(store->name_conversation(id, "first question"));
+  ASSERT_TRUE(store->name_conversation(id, "second question"));
+  EXPECT_EQ(store->conversation(id)->title, "first question");
+  EXPECT_EQ(store->conversation(id)->owner, "alice");
+}
+
+TEST_F(HistoryStoreV2Test, ConversationsArePagedPerOwnerNewestFirst) {
+  auto store = open();
+  std::vector<std::string> alices;
+  for (int i = 0; i < 5; ++i) {
+    clock_.advance(std::chrono::seconds(1));
+    alices.push_back(store->create_conversation(fmt::format("a{}", i), "alice")->id);
+    store->create_conversation("b", "bob");
+  }
+  ConversationQuery query;
+  query.owner = "alice";
+  query.limit = 2;
+  std::vector<std::string> seen;
+  for (;;) {
+    auto page = *store->conversations(query);
+    for (const auto& conversation : page)
+      seen.push_back(conversation.id);
+    if (page.size() < query.limit) break;
+    query.after = std::pair{page.back().updated_at, page.back().id};
+  }
+  std::reverse(alices.begin(), alices.end());
+  EXPECT_EQ(seen, alices);
+}
+
+TEST_F(HistoryStoreV2Test, StreamEventsResumeAfterAnyEventAndDeletingRemovesEverything) {
+  auto store = open();
+  auto id = store->create_conversation("t")->id;
+  auto other = store->create_conversation("o")->id;
+  for (int turn = 1; turn <= 2; ++turn) {
+    for (int64_t seq = 1; seq <= 3; ++seq) {
+      ASSERT_TRUE(store->append_stream_event(
+          id, {turn, seq, "text", fmt::format(R"({{"n": "{}-{}"}})", turn, seq)}));
+    }
+  }
+  ASSERT_TRUE(store->append_stream_event(other, {1, 1, "done", "{}"}));
+  auto after = *store->stream_events(id, 1, 2);
+  ASSERT_EQ(after.size(), 4u);
+  EXPECT_EQ(after[0].turn, 1);
+  EXPECT_EQ(after[0].seq, 3);
+  EXPECT_EQ(after[1].turn, 2);
+  EXPECT_EQ(after[1].seq, 1);
+  EXPECT_TRUE(store->stream_events(id, 2, 3)->empty());
+  EXPECT_FALSE(store->append_stream_event(id, {1, 1, "text", "{}"}));  // an event is recorded once
+
+  store->begin_turn(id, TurnKind::kAsk);
+  Message message;
+  message.turn = 1;
+  message.content = "q";
+  store->append_message(id, message);
+  ExecRecord exec;
+  exec.turn = 1;
+  exec.tool_call_id = "call_1";
+  store->record_exec(id, exec);
+  ASSERT_TRUE(store->delete_conversation(id));
+  EXPECT_EQ(store->conversation(id).error().code, ErrorCode::kNotFound);
+  EXPECT_TRUE(store->stream_events(id, 0, 0)->empty());
+  EXPECT_TRUE(store->messages(id)->empty());
+  EXPECT_TRUE(store->execs(id)->empty());
+  EXPECT_EQ(store->stream_events(other, 0, 0)->size(), 1u);  // the other one is untouched
+  EXPECT_EQ(store->delete_conversation(id).error().code, ErrorCode::kNotFound);
+}
+
+TEST_F(HistoryStoreV2Test, ExecsAcrossConversationsWithTheirTotals) {
+  auto store = open();
+  auto mine = store->create_conversation("m", "alice")->id;
+  auto theirs = store->create_conversation("t", "bob")->id;
+  for (int i = 0; i < 3; ++i) {
+    ExecRecord exec;
+    exec.turn = 1;
+    exec.result.run_ms = 100;
+    exec.result.peak_memory_bytes = 1000u * (i + 1);
+    exec.result.oom = i == 2;
+    exec.result.exit_code = i == 2 ? 137 : 0;
+    store->record_exec(mine, exec);
+  }
+  store->record_exec(theirs, ExecRecord{});
+  ExecQuery query;
+  query.owner = "alice";
+  auto totals = *store->exec_totals(query);
+  EXPECT_EQ(totals.steps, 3);
+  EXPECT_DOUBLE_EQ(totals.run_ms, 300);
+  EXPECT_EQ(totals.max_peak_memory_bytes, 3000u);
+  EXPECT_EQ(totals.ooms, 1);
+  EXPECT_EQ(totals.failures, 1);
+  query.limit = 2;
+  auto page = *store->find_execs(query);
+  ASSERT_EQ(page.size(), 2u);
+  EXPECT_GT(page[0].second.id, page[1].second.id);  // newest first
+  EXPECT_EQ(page[0].first, mine);
+  query.before_id = page[1].second.id;
+  EXPECT_EQ(store->find_execs(query)->size(), 1u);
+}
+
+TEST_F(HistoryStoreV2Test, AVersionOneHistoryIsMigratedWithItsTurns) {
+  {
+    // A history as quarry wrote it before turns were recorded.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir_ / "history.db").c_str(), &db), SQLITE_OK);
+    const char* v1 = R"sql(
+      CREATE TABLE conversations (id TEXT PRIMARY KEY, title TEXT NOT NULL,
+        turns INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+      CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL
+        REFERENCES conversations(id), turn INTEGER NOT NULL, role TEXT NOT NULL CHECK (role IN
+        ('user', 'assistant', 'tool')), content TEXT NOT NULL, tool_calls TEXT, tool_call_id TEXT,
+        created_at INTEGER NOT NULL);
+      CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL,
+        turn INTEGER NOT NULL, kind TEXT NOT NULL, sandbox_id TEXT NOT NULL, reason TEXT NOT NULL,
+        details TEXT NOT NULL, created_at INTEGER NOT NULL);
+      CREATE TABLE execs (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL,
+        turn INTEGER NOT NULL, sandbox_id TEXT NOT NULL, command TEXT NOT NULL,
+        exit_code INTEGER NOT NULL, signal INTEGER, stdout TEXT NOT NULL, stderr TEXT NOT NULL,
+        truncated INTEGER NOT NULL, run_ms REAL NOT NULL, cpu_ms REAL NOT NULL,
+        peak_memory_bytes INTEGER NOT NULL, memory_limit_bytes INTEGER NOT NULL,
+        overhead_ms REAL NOT NULL, oom INTEGER NOT NULL, timed_out INTEGER NOT NULL, message TEXT,
+        started_at INTEGER NOT NULL);
+      CREATE TABLE artifacts (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL,
+        turn INTEGER NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL, size_bytes INTEGER NOT NULL,
+        location TEXT NOT NULL, created_at INTEGER NOT NULL);
+      CREATE TABLE sandbox_references (conversation_id TEXT PRIMARY KEY, state TEXT NOT NULL,
+        sandbox_id TEXT NOT NULL, last_used_at INTEGER, files TEXT NOT NULL);
+      INSERT INTO conversations VALUES ('c1', 'old', 2, 1000, 5000);
+      INSERT INTO messages (conversation_id, turn, role, content, created_at) VALUES
+        ('c1', 1, 'user', 'first', 1000), ('c1', 1, 'assistant', 'one', 2000),
+        ('c1', 2, 'user', 'second', 4000), ('c1', 2, 'assistant', 'two', 5000);
+      INSERT INTO execs (conversation_id, turn, sandbox_id, command, exit_code, stdout, stderr,
+        truncated, run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, oom,
+        timed_out, started_at) VALUES ('c1', 1, 's', 'python a.py', 0, '', '', 0, 1, 1, 1, 1, 0,
+        0, 0, 1500);
+      PRAGMA application_id = 1903325817;
+      PRAGMA user_version = 1;
+    )sql";
+    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = open();
+  ASSERT_TRUE(store);
+  auto conversation = *store->conversation("c1");
+  EXPECT_EQ(conversation.owner, "local");
+  auto turns = *store->turns("c1");
+  ASSERT_EQ(turns.size(), 2u);
+  EXPECT_EQ(turns[1].number, 2);
+  EXPECT_EQ(turns[1].status, TurnStatus::kCompleted);
+  EXPECT_EQ(to_unix_ms(turns[1].started_at), 4000);
+  EXPECT_EQ(store->messages("c1")->size(), 4u);
+  auto execs = *store->execs("c1");
+  ASSERT_EQ(execs.size(), 1u);
+  EXPECT_EQ(execs[0].tool_call_id, "");
+  EXPECT_EQ(*store->begin_turn("c1", TurnKind::kAsk), 3);
+}
+
+}  // namespace
+}  // namespace quarry::conversation

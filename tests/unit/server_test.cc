@@ -1,0 +1,244 @@
+// The server's pieces that need no process: routing, strict bodies, query strings, event ids,
+// cookies and hosts, tokens and sessions, the history the model sees.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "agent/sse_parser.h"
+#include "common/file_util.h"
+#include "conversation/sqlite_history_store.h"
+#include "server/api.h"
+#include "server/auth.h"
+#include "server/json_body.h"
+#include "server/router.h"
+#include "server/stream_hub.h"
+
+namespace quarry::server {
+namespace {
+
+TEST(Router, MatchesPathsAndSaysWhatExists) {
+  auto route = match_route("GET", "/api/v1/conversations/abc123/events");
+  ASSERT_TRUE(route);
+  EXPECT_EQ(route->route->id, RouteId::kEvents);
+  EXPECT_EQ(route->params.at("id"), "abc123");
+  EXPECT_EQ(match_route("GET", "/api/v1/artifacts/7")->params.at("artifact_id"), "7");
+  EXPECT_EQ(match_route("GET", "/")->route->id, RouteId::kIndex);
+
+  std::string allow;
+  auto wrong_method = match_route("PATCH", "/api/v1/conversations/abc", &allow);
+  ASSERT_FALSE(wrong_method);
+  EXPECT_EQ(wrong_method.error().status, 405);
+  EXPECT_EQ(allow, "GET, DELETE");
+  for (const char* path : {"/api/v1/conversations/", "/api/v1/conversations//events",
+                           "/api/v2/conversations", "/api/v1/conversations/a/b/c", ""}) {
+    SCOPED_TRACE(path);
+    auto missing = match_route("GET", path);
+    ASSERT_FALSE(missing);
+    EXPECT_EQ(missing.error().status, 404);
+    EXPECT_EQ(missing.error().code, "no_route");
+  }
+}
+
+TEST(JsonBody, ReadsStrictlyAndSaysWhatIsWrong) {
+  struct Case {
+    std::string body, content_type, code, message;
+  };
+  const std::vector<Case> cases = {
+      {"{", "application/json", "invalid_json", "the body is not valid JSON"},
+      {"[1]", "application/json", "invalid_json", "must be a JSON object, not array"},
+      {R"({"content": "x", "extra": 1})", "application/json", "unknown_field",
+       "unknown field 'extra' (the fields here are: content)"},
+      {R"({"content": 5})", "application/json", "invalid_field",
+       "'content' must be a string, not number"},
+      {"{}", "application/json", "missing_field", "'content' is required"},
+      {R"({"content": "x"})", "text/plain", "unsupported_media_type", "application/json"},
+      {"\"\xff\"", "application/json", "invalid_json", "not valid JSON"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.body);
+    auto body = JsonBody::parse(c.body, c.content_type, {"content"});
+    ApiResult<std::string> content =
+        body ? body->string("content", 10) : std::unexpected(body.error());
+    ASSERT_FALSE(content);
+    EXPECT_EQ(content.error().code, c.code);
+    EXPECT_NE(content.error().message.find(c.message), std::string::npos)
+        << content.error().message;
+  }
+  auto body = JsonBody::parse(R"({"content": "hello"})", "application/json; charset=utf-8",
+                              {"content", "title"});
+  ASSERT_TRUE(body);
+  EXPECT_EQ(*body->string("content"), "hello");
+  EXPECT_FALSE(*body->optional_string("title"));
+  EXPECT_EQ(body->string("content", 3).error().code, "invalid_field");  // too long
+  EXPECT_TRUE(JsonBody::parse("", "", {}));                             // no body at all is {}
+}
+
+TEST(Query, DecodesAndRefusesBrokenEscapes) {
+  auto query = parse_query("limit=5&cursor=1764.ab%2Fc&name=a+b&flag");
+  ASSERT_TRUE(query);
+  EXPECT_EQ(query->at("limit"), "5");
+  EXPECT_EQ(query->at("cursor"), "1764.ab/c");
+  EXPECT_EQ(query->at("name"), "a b");
+  EXPECT_EQ(query->at("flag"), "");
+  for (const char* bad : {"a=%", "a=%4", "a=%zz"}) {
+    EXPECT_FALSE(parse_query(bad)) << bad;
+  }
+}
+
+TEST(EventIds, RoundTripAndRefuseWhatIsNotOne) {
+  EXPECT_EQ(to_string(EventId{3, 17}), "3-17");
+  auto id = parse_event_id("3-17");
+  ASSERT_TRUE(id);
+  EXPECT_EQ(id->turn, 3);
+  EXPECT_EQ(id->seq, 17);
+  for (const char* bad : {"", "3", "3-", "-1", "a-1", "1-2-3", "1 -2", "99999999999-1"}) {
+    EXPECT_FALSE(parse_event_id(bad)) << bad;
+  }
+  EXPECT_LT((EventId{2, 100}), (EventId{3, 0}));
+  EXPECT_EQ(sse_frame({3, 17, "text", R"({"text":"hi"})"}),
+            "id: 3-17\nevent: text\ndata: {\"text\":\"hi\"}\n\n");
+}
+
+TEST(Auth, CookiesAndHosts) {
+  EXPECT_EQ(cookie_value("a=1; quarry_session=abc; b=2", "quarry_session"), "abc");
+  EXPECT_EQ(cookie_value("quarry_session=x", "quarry_session"), "x");
+  EXPECT_FALSE(cookie_value("xquarry_session=x", "quarry_session"));
+  EXPECT_FALSE(cookie_value("", "quarry_session"));
+  for (const char* host :
+       {"localhost:8080", "127.0.0.1", "127.1.2.3:1", "[::1]:8080", "LOCALHOST"}) {
+    EXPECT_TRUE(is_loopback_host_header(host)) << host;
+  }
+  for (const char* host : {"example.com", "127.0.0.1.example.com:80", "10.0.0.1:8080", "[::2]", "",
+                           "localhost.example"}) {
+    EXPECT_FALSE(is_loopback_host_header(host)) << host;
+  }
+}
+
+class TokensTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = std::filesystem::temp_directory_path() / fmt::format("quarry-tokens-{}", ::getpid()) /
+            "tokens.json";
+    std::filesystem::remove_all(path_.parent_path());
+  }
+  void TearDown() override { std::filesystem::remove_all(path_.parent_path()); }
+  std::filesystem::path path_;
+  ManualClock clock_;
+};
+
+TEST_F(TokensTest, TheFileKeepsOnlyHashesAndRemovingATokenEndsItsSessions) {
+  auto alice = token_file::create(path_, "alice", clock_);
+  ASSERT_TRUE(alice) << alice.error().message;
+  EXPECT_TRUE(alice->starts_with("qry_"));
+  EXPECT_EQ(alice->size(), 68u);
+  auto bob = token_file::create(path_, "bob", clock_);
+  ASSERT_TRUE(bob);
+  EXPECT_EQ(token_file::create(path_, "alice", clock_).error().code, ErrorCode::kAlreadyExists);
+  EXPECT_EQ(token_file::create(path_, "../x", clock_).error().code, ErrorCode::kInvalidArgument);
+  auto text = read_file(path_);
+  EXPECT_EQ(text->find(*alice), std::string::npos);
+  EXPECT_EQ(std::filesystem::status(path_).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+
+  Sessions sessions(clock_, std::chrono::hours(1));
+  Authenticator auth(std::make_unique<TokenStore>(path_), sessions);
+  EXPECT_EQ(auth.authenticate({"Bearer " + *alice, ""})->user, "alice");
+  EXPECT_EQ(auth.authenticate({"Bearer qry_nope", ""}).error().status, 401);
+  auto [id, session] = sessions.create("bob");
+  auto cookie = "quarry_session=" + id;
+  auto by_cookie = auth.authenticate({"", cookie});
+  ASSERT_TRUE(by_cookie);
+  EXPECT_EQ(by_cookie->user, "bob");
+  EXPECT_EQ(by_cookie->method, AuthMethod::kCookie);
+  // Changes by cookie need the CSRF token and the same origin.
+  RequestOrigin origin{"127.0.0.1:8080", "", ""};
+  EXPECT_EQ(auth.check_change(*by_cookie, origin).error().code, "csrf_failed");
+  origin.csrf = session.csrf_token;
+  EXPECT_TRUE(auth.check_change(*by_cookie, origin));
+  origin.origin = "http://127.0.0.1:8080";
+  EXPECT_TRUE(auth.check_change(*by_cookie, origin));
+  origin.origin = "http://evil.example";
+  EXPECT_EQ(auth.check_change(*by_cookie, origin).error().code, "cross_origin");
+
+  ASSERT_TRUE(token_file::remove(path_, "bob"));
+  // The file changed within the same clock tick on some filesystems: make sure it is seen.
+  std::filesystem::last_write_time(
+      path_, std::filesystem::last_write_time(path_) + std::chrono::seconds(1));
+  EXPECT_EQ(auth.authenticate({"Bearer " + *bob, ""}).error().status, 401);
+  EXPECT_EQ(auth.authenticate({"", cookie}).error().status, 401);
+  EXPECT_EQ(auth.authenticate({"Bearer " + *alice, ""})->user, "alice");
+  EXPECT_EQ(token_file::remove(path_, "bob").error().code, ErrorCode::kNotFound);
+
+  // Sessions end when they expire.
+  auto [later, kept] = sessions.create("alice");
+  clock_.advance(std::chrono::minutes(61));
+  EXPECT_FALSE(sessions.find(later));
+}
+
+TEST(Auth, WithoutTokensOnlyLoopbackNamesAreServed) {
+  ManualClock clock;
+  Sessions sessions(clock, std::chrono::hours(1));
+  Authenticator auth(nullptr, sessions);
+  EXPECT_EQ(auth.authenticate({"", ""})->user, "local");
+  EXPECT_TRUE(auth.check_origin({"localhost:8080", "", ""}));
+  EXPECT_EQ(auth.check_origin({"rebound.example:8080", "", ""}).error().code, "host_not_allowed");
+  EXPECT_EQ(auth.sign_in("anything").error().code, "no_tokens");
+}
+
+TEST(SseParser, KeepsTheLastEventId) {
+  agent::SseParser parser;
+  auto events = parser.feed("id: 1-1\nevent: text\ndata: a\n\ndata: b\n\nid: 1-3\ndata: c\n\n");
+  ASSERT_TRUE(events);
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[0].id, "1-1");
+  EXPECT_EQ((*events)[1].id, "1-1");  // an event without an id keeps the last one
+  EXPECT_EQ((*events)[2].id, "1-3");
+}
+
+}  // namespace
+}  // namespace quarry::server
+
+namespace quarry::agent {
+namespace {
+
+TEST(UnansweredCalls, AreAnsweredSoTheHistoryIsValidForTheModel) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-calls-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ManualClock clock;
+  auto store = *conversation::SqliteHistoryStore::open(dir / "history.db", clock);
+  auto id = store->create_conversation("c")->id;
+  using conversation::Message;
+  using conversation::Role;
+  auto add = [&](Role role, std::string content, nlohmann::json calls = nullptr,
+                 std::string call_id = "") {
+    Message message;
+    message.turn = 1;
+    message.role = role;
+    message.content = std::move(content);
+    message.tool_calls = std::move(calls);
+    message.tool_call_id = std::move(call_id);
+    store->append_message(id, message);
+  };
+  add(Role::kUser, "question");
+  add(Role::kAssistant, "",
+      nlohmann::json::array({{{"id", "a"}, {"name", "run_python"}, {"arguments", "{}"}},
+                             {{"id", "b"}, {"name", "query_database"}, {"arguments", "{}"}}}));
+  add(Role::kTool, "result of a", nullptr, "a");
+  // The process died here: b has no result.
+  auto added = close_unanswered_calls(*store, id);
+  ASSERT_TRUE(added);
+  EXPECT_EQ(*added, 1);
+  auto messages = *store->messages(id);
+  ASSERT_EQ(messages.size(), 4u);
+  EXPECT_EQ(messages[3].role, Role::kTool);
+  EXPECT_EQ(messages[3].tool_call_id, "b");
+  EXPECT_EQ(messages[3].turn, 1);
+  EXPECT_NE(messages[3].content.find("interrupted"), std::string::npos);
+  EXPECT_EQ(messages[3].details["interrupted"], true);
+  EXPECT_EQ(*close_unanswered_calls(*store, id), 0);  // once is enough
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace quarry::agent
