@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
@@ -90,6 +91,8 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
   }
 
   raise_descriptor_limit();
+  // A client or a model server that hangs up is an error of that one write, not the process's.
+  ::signal(SIGPIPE, SIG_IGN);
   RETURN_IF_ERROR(make_directories(options.state_dir, 0755));
   ASSIGN_OR_RETURN(auto provider, sandbox::local::LocalProvider::open(
                                       config.sandbox, {options.state_dir, options.cache_dir, {}}));
