@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <limits>
 #include <fstream>
 #include <vector>
 
@@ -182,7 +183,7 @@ class Statement {
     sqlite3_bind_null(statement_, index);
     return *this;
   }
-  // NULL when there is no value, as the queries' "? IS NULL OR ..." filters expect.
+  // NULL when there is no value.
   template <typename T>
   Statement& bind(int index, const std::optional<T>& value) {
     return value ? bind(index, *value) : bind_null(index);
@@ -343,12 +344,22 @@ Artifact artifact_from(const Statement& row, int first) {
   return artifact;
 }
 
-// The executions an ExecQuery selects, as a WHERE clause over execs e joined with
-// conversations c; parameters 1 to 3 are the owner, the conversation and the id bound.
-constexpr std::string_view kExecFilter =
-    "FROM execs e JOIN conversations c ON c.id = e.conversation_id "
-    "WHERE (?1 IS NULL OR c.owner = ?1) AND (?2 IS NULL OR e.conversation_id = ?2) "
-    "AND (?3 IS NULL OR e.id < ?3)";
+// The executions an ExecQuery selects: FROM and WHERE over execs e joined with conversations c,
+// naming only the filters the query has (so SQLite can use the indexes); parameters 1 to 3 are
+// the owner, the conversation and the id bound.
+std::string exec_filter(const ExecQuery& query) {
+  std::string sql = "FROM execs e JOIN conversations c ON c.id = e.conversation_id WHERE 1";
+  if (query.owner) sql += " AND c.owner = ?1";
+  if (query.conversation_id) sql += " AND e.conversation_id = ?2";
+  if (query.before_id) sql += " AND e.id < ?3";
+  return sql;
+}
+
+void bind_exec_filter(Statement& statement, const ExecQuery& query) {
+  if (query.owner) statement.bind(1, *query.owner);
+  if (query.conversation_id) statement.bind(2, *query.conversation_id);
+  if (query.before_id) statement.bind(3, *query.before_id);
+}
 
 // A sandbox reference is these columns, in this order, of sandbox_references.
 constexpr std::string_view kReferenceColumns = "state, sandbox_id, last_used_at, files";
@@ -576,14 +587,15 @@ Result<Conversation> SqliteHistoryStore::conversation(std::string_view id) {
 Result<std::vector<Conversation>> SqliteHistoryStore::conversations(
     const ConversationQuery& query) {
   std::lock_guard lock(mutex_);
-  Statement select(db_, fmt::format("SELECT {} FROM conversations "
-                                    "WHERE (?1 IS NULL OR owner = ?1) "
-                                    "AND (?2 IS NULL OR (updated_at, id) < (?2, ?3)) "
-                                    "ORDER BY updated_at DESC, id DESC LIMIT ?4",
-                                    kConversationColumns));
-  select.bind(1, query.owner);
+  // One owner's page is a range of the index (owner, updated_at, id).
+  Statement select(db_, fmt::format("SELECT {} FROM conversations WHERE {}(updated_at, id) < (?2, "
+                                    "?3) ORDER BY updated_at DESC, id DESC LIMIT ?4",
+                                    kConversationColumns, query.owner ? "owner = ?1 AND " : ""));
+  if (query.owner) select.bind(1, *query.owner);
   if (query.after) {
     select.bind(2, to_unix_ms(query.after->first)).bind(3, query.after->second);
+  } else {
+    select.bind(2, std::numeric_limits<int64_t>::max()).bind(3, std::string_view());
   }
   select.bind(4, sql_limit(query.limit));
   std::vector<Conversation> list;
@@ -920,8 +932,8 @@ Result<std::vector<std::pair<std::string, ExecRecord>>> SqliteHistoryStore::find
     const ExecQuery& query) {
   std::lock_guard lock(mutex_);
   Statement select(db_, fmt::format("SELECT e.conversation_id, {} {} ORDER BY e.id DESC LIMIT ?4",
-                                    exec_columns(false, "e."), kExecFilter));
-  select.bind(1, query.owner).bind(2, query.conversation_id).bind(3, query.before_id);
+                                    exec_columns(false, "e."), exec_filter(query)));
+  bind_exec_filter(select, query);
   select.bind(4, sql_limit(query.limit));
   std::vector<std::pair<std::string, ExecRecord>> list;
   int rc;
@@ -936,8 +948,8 @@ Result<ExecTotals> SqliteHistoryStore::exec_totals(const ExecQuery& query) {
   Statement select(db_, fmt::format("SELECT count(*), total(e.run_ms), total(e.cpu_ms), "
                                     "total(e.overhead_ms), coalesce(max(e.peak_memory_bytes), 0), "
                                     "total(e.oom), total(e.timed_out), total(e.exit_code != 0) {}",
-                                    kExecFilter));
-  select.bind(1, query.owner).bind(2, query.conversation_id).bind(3, query.before_id);
+                                    exec_filter(query)));
+  bind_exec_filter(select, query);
   if (int rc = select.step(); rc != SQLITE_ROW) return sql_error(rc, "adding up execs");
   return ExecTotals{select.integer(0),
                     select.real(1),
@@ -1017,10 +1029,10 @@ Result<std::vector<std::pair<std::string, SandboxReference>>>
 SqliteHistoryStore::sandbox_references(const std::optional<std::string>& owner) {
   std::lock_guard lock(mutex_);
   Statement select(db_, fmt::format("SELECT r.conversation_id, {} FROM sandbox_references r "
-                                    "JOIN conversations c ON c.id = r.conversation_id "
-                                    "WHERE ?1 IS NULL OR c.owner = ?1 ORDER BY r.conversation_id",
-                                    kReferenceColumns));
-  select.bind(1, owner);
+                                    "JOIN conversations c ON c.id = r.conversation_id {}"
+                                    "ORDER BY r.conversation_id",
+                                    kReferenceColumns, owner ? "WHERE c.owner = ?1 " : ""));
+  if (owner) select.bind(1, *owner);
   std::vector<std::pair<std::string, SandboxReference>> list;
   int rc;
   while ((rc = select.step()) == SQLITE_ROW) {
