@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <array>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <vector>
 
 #include "common/file_util.h"

@@ -13,13 +13,6 @@ namespace {
 
 using Request = http::request<http::string_body>;
 
-// What the access log and the stream writer need to know of a response sent.
-struct Sent {
-  int status = 0;
-  uint64_t bytes = 0;
-  bool keep_alive = true;
-};
-
 std::string_view content_type_of(std::string_view type) {
   if (type == "png") return "image/png";
   if (type == "svg") return "image/svg+xml";
@@ -81,6 +74,43 @@ void common_headers(http::header<false>& header) {
 bool changes_state(http::verb method) {
   return method == http::verb::post || method == http::verb::put || method == http::verb::patch ||
          method == http::verb::delete_;
+}
+
+// Writes a whole response with the headers every answer has.
+template <typename Body>
+net::awaitable<Sent> write_response(beast::tcp_stream& stream, http::response<Body>& response,
+                                    std::chrono::seconds timeout) {
+  common_headers(response.base());
+  response.prepare_payload();
+  Sent sent{static_cast<int>(response.result_int()), 0, response.keep_alive()};
+  boost::system::error_code error;
+  stream.expires_after(timeout);
+  sent.bytes =
+      co_await http::async_write(stream, response, net::redirect_error(net::use_awaitable, error));
+  if (error) sent.keep_alive = false;
+  co_return sent;
+}
+
+// `body` null: no body (204).
+net::awaitable<Sent> write_json(beast::tcp_stream& stream, int status, const nlohmann::json& body,
+                                const Headers& headers, bool keep_alive,
+                                std::chrono::seconds timeout) {
+  http::response<http::string_body> response{static_cast<http::status>(status), 11};
+  response.keep_alive(keep_alive);
+  for (const auto& [name, value] : headers)
+    response.insert(name, value);
+  if (!body.is_null()) {
+    response.set(http::field::content_type, "application/json");
+    response.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  co_return co_await write_response(stream, response, timeout);
+}
+
+net::awaitable<Sent> write_error(beast::tcp_stream& stream, const ApiError& failure,
+                                 bool keep_alive, const Headers& headers,
+                                 std::chrono::seconds timeout) {
+  const nlohmann::json body = failure.body();
+  co_return co_await write_json(stream, failure.status, body, headers, keep_alive, timeout);
 }
 
 // Closing a socket with unread bytes makes the kernel reset the connection, and a client still
@@ -206,44 +236,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
   beast::flat_buffer buffer;
   boost::system::error_code error;
 
-  // Runs `work` on the pool for blocking work and resumes here with its result.
-  auto on_pool = [this](auto work) -> net::awaitable<decltype(work())> {
-    using Value = decltype(work());
-    co_return co_await net::co_spawn(
-        pool_, [work = std::move(work)]() mutable -> net::awaitable<Value> { co_return work(); },
-        net::use_awaitable);
-  };
-
-  auto write = [&](auto& response) -> net::awaitable<Sent> {
-    common_headers(response.base());
-    response.prepare_payload();
-    Sent sent{static_cast<int>(response.result_int()), 0, response.keep_alive()};
-    stream.expires_after(options_.write_timeout);
-    sent.bytes = co_await http::async_write(stream, response,
-                                            net::redirect_error(net::use_awaitable, error));
-    if (error) sent.keep_alive = false;
-    co_return sent;
-  };
-
-  auto write_json = [&](int status, const nlohmann::json& body, const Headers& headers,
-                        bool keep_alive) -> net::awaitable<Sent> {
-    http::response<http::string_body> response{static_cast<http::status>(status), 11};
-    response.keep_alive(keep_alive);
-    for (const auto& [name, value] : headers)
-      response.insert(name, value);
-    if (!body.is_null()) {
-      response.set(http::field::content_type, "application/json");
-      response.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    }
-    co_return co_await write(response);
-  };
-
-  auto write_error = [&](const ApiError& failure, bool keep_alive,
-                         const Headers& headers) -> net::awaitable<Sent> {
-    const nlohmann::json body = failure.body();
-    co_return co_await write_json(failure.status, body, headers, keep_alive);
-  };
-
+  const auto timeout = options_.write_timeout;
   // Named, not temporaries in co_await expressions: GCC 12 may destroy such a temporary twice.
   const Headers no_headers;
   const ApiError too_large{413, "body_too_large",
@@ -259,7 +252,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
                                      net::redirect_error(net::use_awaitable, error));
     const auto started = std::chrono::steady_clock::now();
     if (error == http::error::body_limit) {
-      co_await write_error(too_large, false, no_headers);
+      co_await write_error(stream, too_large, false, no_headers, timeout);
       co_await linger(stream);
       break;
     }
@@ -271,7 +264,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
       const ApiError malformed{
           400, "bad_request",
           fmt::format("the request is not valid HTTP/1.1: {}", error.message())};
-      co_await write_error(malformed, false, no_headers);
+      co_await write_error(stream, malformed, false, no_headers, timeout);
       break;
     }
     if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
@@ -282,7 +275,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
     co_await http::async_read(stream, buffer, parser,
                               net::redirect_error(net::use_awaitable, error));
     if (error == http::error::body_limit) {
-      co_await write_error(too_large, false, no_headers);
+      co_await write_error(stream, too_large, false, no_headers, timeout);
       co_await linger(stream);
       break;
     }
@@ -341,84 +334,16 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
         headers.emplace_back("WWW-Authenticate", "Bearer realm=\"quarry\"");
       }
       if (prepared.error().status == 405) headers.emplace_back("Allow", allow);
-      sent = co_await write_error(prepared.error(), keep_alive, headers);
+      sent = co_await write_error(stream, prepared.error(), keep_alive, headers, timeout);
     } else {
       ApiReply reply = co_await on_pool([&] { return api_.handle(api_request); });
       if (auto* json = std::get_if<JsonReply>(&reply)) {
-        sent = co_await write_json(json->status, json->body, json->headers, keep_alive);
+        sent = co_await write_json(stream, json->status, json->body, json->headers, keep_alive,
+                                   timeout);
       } else if (auto* file = std::get_if<FileReply>(&reply)) {
-        http::response<http::file_body> response{http::status::ok, 11};
-        response.keep_alive(keep_alive);
-        response.body().open(file->path.c_str(), beast::file_mode::scan, error);
-        if (error) {
-          const ApiError unreadable{404, "not_found", "the artifact's file cannot be read"};
-          sent = co_await write_error(unreadable, keep_alive, no_headers);
-        } else {
-          response.set(http::field::content_type, to_beast(content_type_of(file->type)));
-          response.set(http::field::content_disposition,
-                       content_disposition(file->download, file->name));
-          response.set("Content-Security-Policy", to_beast(artifact_policy(file->type)));
-          sent = co_await write(response);
-        }
+        sent = co_await send_file(stream, *file, keep_alive);
       } else {
-        // Server-Sent Events: the conversation's events from reply.after on.
-        const auto& plan = std::get<StreamReply>(reply);
-        http::response<http::empty_body> head{http::status::ok, 11};
-        head.keep_alive(keep_alive && !plan.follow);
-        head.set(http::field::content_type, "text/event-stream; charset=utf-8");
-        head.set("X-Accel-Buffering", "no");
-        common_headers(head.base());
-        head.chunked(true);
-        http::response_serializer<http::empty_body> serializer{head};
-        stream.expires_after(options_.write_timeout);
-        co_await http::async_write_header(stream, serializer,
-                                          net::redirect_error(net::use_awaitable, error));
-        sent = {200, 0, head.keep_alive()};
-        auto send = [&](const std::string& text) -> net::awaitable<bool> {
-          stream.expires_after(options_.write_timeout);
-          sent.bytes += co_await net::async_write(stream, http::make_chunk(net::buffer(text)),
-                                                  net::redirect_error(net::use_awaitable, error));
-          co_return !error;
-        };
-        const std::string retry = "retry: 2000\n\n";
-        const std::string keep_alive_comment = ": keep-alive\n\n";
-        bool open = !error && co_await send(retry);
-        EventId position = plan.after;
-        auto timer = std::make_shared<net::steady_timer>(io_);
-        while (open) {
-          auto batch = co_await on_pool([&] { return hub_.next(plan.conversation_id, position); });
-          if (!batch) {
-            spdlog::warn("conversation {}: reading its events failed: {}", plan.conversation_id,
-                         batch.error().message);
-            break;
-          }
-          position = batch->position;
-          if (!batch->events.empty()) {
-            std::string frames;
-            bool ended = false;
-            for (const auto& event : batch->events) {
-              frames += sse_frame(event);
-              ended =
-                  ended || (!plan.follow && event.type == "done" && event.turn == plan.after.turn);
-            }
-            open = co_await send(frames);
-            if (ended) break;
-            continue;
-          }
-          if (hub_.closing()) break;
-          timer->expires_after(options_.keep_alive);
-          if (!hub_.arm(plan.conversation_id, position, timer)) continue;
-          boost::system::error_code waited;
-          co_await timer->async_wait(net::redirect_error(net::use_awaitable, waited));
-          hub_.disarm(plan.conversation_id, timer);
-          if (!waited) open = co_await send(keep_alive_comment);  // it expired: nothing new
-        }
-        if (open) {
-          stream.expires_after(options_.write_timeout);
-          co_await net::async_write(stream, http::make_chunk_last(),
-                                    net::redirect_error(net::use_awaitable, error));
-        }
-        sent.keep_alive = sent.keep_alive && open && !error;
+        sent = co_await send_events(stream, std::get<StreamReply>(reply), keep_alive);
       }
     }
 
@@ -437,6 +362,85 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
     if (!sent.keep_alive || !keep_alive) break;
   }
   stream.socket().shutdown(tcp::socket::shutdown_send, error);
+}
+
+net::awaitable<Sent> HttpServer::send_file(beast::tcp_stream& stream, const FileReply& file,
+                                           bool keep_alive) {
+  http::response<http::file_body> response{http::status::ok, 11};
+  response.keep_alive(keep_alive);
+  boost::system::error_code error;
+  response.body().open(file.path.c_str(), beast::file_mode::scan, error);
+  if (error) {
+    const ApiError unreadable{404, "not_found", "the artifact's file cannot be read"};
+    const Headers none;
+    co_return co_await write_error(stream, unreadable, keep_alive, none, options_.write_timeout);
+  }
+  response.set(http::field::content_type, to_beast(content_type_of(file.type)));
+  response.set(http::field::content_disposition, content_disposition(file.download, file.name));
+  response.set("Content-Security-Policy", to_beast(artifact_policy(file.type)));
+  co_return co_await write_response(stream, response, options_.write_timeout);
+}
+
+net::awaitable<Sent> HttpServer::send_events(beast::tcp_stream& stream, const StreamReply& plan,
+                                             bool keep_alive) {
+  http::response<http::empty_body> head{http::status::ok, 11};
+  head.keep_alive(keep_alive && !plan.follow);
+  head.set(http::field::content_type, "text/event-stream; charset=utf-8");
+  head.set("X-Accel-Buffering", "no");
+  common_headers(head.base());
+  head.chunked(true);
+  http::response_serializer<http::empty_body> serializer{head};
+  boost::system::error_code error;
+  stream.expires_after(options_.write_timeout);
+  co_await http::async_write_header(stream, serializer,
+                                    net::redirect_error(net::use_awaitable, error));
+  Sent sent{200, 0, head.keep_alive()};
+  auto send = [&](const std::string& text) -> net::awaitable<bool> {
+    stream.expires_after(options_.write_timeout);
+    sent.bytes += co_await net::async_write(stream, http::make_chunk(net::buffer(text)),
+                                            net::redirect_error(net::use_awaitable, error));
+    co_return !error;
+  };
+  const std::string retry = "retry: 2000\n\n";
+  const std::string keep_alive_comment = ": keep-alive\n\n";
+  bool open = !error && co_await send(retry);
+  EventId position = plan.after;
+  auto timer = std::make_shared<net::steady_timer>(io_);
+  while (open) {
+    auto batch = co_await on_pool([&] { return hub_.next(plan.conversation_id, position); });
+    if (!batch) {
+      spdlog::warn("conversation {}: reading its events failed: {}", plan.conversation_id,
+                   batch.error().message);
+      break;
+    }
+    position = batch->position;
+    if (!batch->events.empty()) {
+      std::string frames;
+      bool ended = false;
+      for (const auto& event : batch->events) {
+        frames += sse_frame(event);
+        // A turn's own stream ends with its "done"; a follower's goes on.
+        ended = ended || (!plan.follow && event.type == "done" && event.turn == plan.after.turn);
+      }
+      open = co_await send(frames);
+      if (ended) break;
+      continue;
+    }
+    if (hub_.closing()) break;
+    timer->expires_after(options_.keep_alive);
+    if (!hub_.arm(plan.conversation_id, position, timer)) continue;
+    boost::system::error_code waited;
+    co_await timer->async_wait(net::redirect_error(net::use_awaitable, waited));
+    hub_.disarm(plan.conversation_id, timer);
+    if (!waited) open = co_await send(keep_alive_comment);  // it expired: nothing new
+  }
+  if (open) {
+    stream.expires_after(options_.write_timeout);
+    co_await net::async_write(stream, http::make_chunk_last(),
+                              net::redirect_error(net::use_awaitable, error));
+  }
+  sent.keep_alive = sent.keep_alive && open && !error;
+  co_return sent;
 }
 
 }  // namespace quarry::server

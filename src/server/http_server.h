@@ -26,6 +26,13 @@ struct HttpServerOptions {
   size_t blocking_threads = 4;             // the pool the handlers run on
 };
 
+// What the access log needs to know of a response sent, and whether the connection goes on.
+struct Sent {
+  int status = 0;
+  uint64_t bytes = 0;
+  bool keep_alive = true;
+};
+
 class HttpServer {
  public:
   HttpServer(net::io_context& io, Api& api, Authenticator& auth, StreamHub& hub,
@@ -43,6 +50,18 @@ class HttpServer {
  private:
   net::awaitable<void> accept_loop();
   net::awaitable<void> session(tcp::socket socket);
+  net::awaitable<Sent> send_file(beast::tcp_stream& stream, const FileReply& file, bool keep_alive);
+  // Server-Sent Events: the conversation's events from plan.after on.
+  net::awaitable<Sent> send_events(beast::tcp_stream& stream, const StreamReply& plan,
+                                   bool keep_alive);
+  // Runs `work` on the pool for blocking work and resumes on the I/O thread with its result.
+  template <typename Work>
+  net::awaitable<std::invoke_result_t<Work>> on_pool(Work work) {
+    using Value = std::invoke_result_t<Work>;
+    co_return co_await net::co_spawn(
+        pool_, [work = std::move(work)]() mutable -> net::awaitable<Value> { co_return work(); },
+        net::use_awaitable);
+  }
 
   net::io_context& io_;
   Api& api_;
