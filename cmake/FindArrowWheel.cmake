@@ -1,6 +1,6 @@
 # Finds Arrow and Parquet C++ in the pyarrow wheel that scripts/setup installs into
 # <cache>/build-venv-<first 16 hex digits of sha256(scripts/build-requirements.txt)>, and
-# defines the imported targets Arrow::arrow and Arrow::parquet.
+# defines the imported targets Arrow::arrow, Arrow::arrow_compute and Arrow::parquet.
 #
 # The wheel ships headers and versioned libraries only (libarrow.so.2600, no libarrow.so), so
 # the targets point at the versioned files and executables get an RPATH to the wheel's
@@ -44,7 +44,7 @@ list(GET _out 0 ArrowWheel_VERSION)
 list(GET _out 1 ArrowWheel_INCLUDE_DIR)
 list(GET _out 2 ArrowWheel_LIBRARY_DIR)
 
-foreach(_name arrow parquet)
+foreach(_name arrow arrow_compute parquet)
   file(GLOB _found "${ArrowWheel_LIBRARY_DIR}/lib${_name}.so.[0-9]*")
   list(LENGTH _found _count)
   if(NOT _count EQUAL 1)
@@ -60,6 +60,7 @@ foreach(_name arrow parquet)
   endif()
 endforeach()
 set_property(TARGET Arrow::parquet PROPERTY INTERFACE_LINK_LIBRARIES Arrow::arrow)
+set_property(TARGET Arrow::arrow_compute PROPERTY INTERFACE_LINK_LIBRARIES Arrow::arrow)
 
 # The wheel's libarrow carries a static OpenSSL and exports its symbols. Whichever library comes
 # first in a program's search order wins every OpenSSL call, so a program with both would mix

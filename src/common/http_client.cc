@@ -269,6 +269,7 @@ class Exchange {
     // Streamed bodies have no natural size. (Not boost::none: Boost 1.74 then refuses every
     // body with a Content-Length.)
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    parser.skip(request_.method == "HEAD");  // its Content-Length describes a body never sent
     error = await(deadline_, [&](auto done) {
       http::async_read_header(stream, buffer, parser, std::move(done));
     });

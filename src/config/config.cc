@@ -309,9 +309,9 @@ Result<void> parse_model(const Walker& walk, const YAML::Node& node, ModelConfig
 }
 
 Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConfig& out) {
-  RETURN_IF_ERROR(walk.check_map(
-      node, "server",
-      {"listen", "tokens_file", "max_body", "shutdown_grace", "workers", "session_lifetime"}));
+  RETURN_IF_ERROR(walk.check_map(node, "server",
+                                 {"listen", "tokens_file", "max_body", "shutdown_grace", "workers",
+                                  "session_lifetime", "web_dir"}));
   if (node.IsNull()) return {};
   if (auto value = node["listen"]) {
     ASSIGN_OR_RETURN(out.listen, walk.scalar(value, "server.listen"));
@@ -336,6 +336,9 @@ Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConf
   if (auto value = node["workers"]) {
     ASSIGN_OR_RETURN(auto workers, walk.count(value, "server.workers", 1, 1024));
     out.workers = static_cast<uint32_t>(workers);
+  }
+  if (auto value = node["web_dir"]) {
+    ASSIGN_OR_RETURN(out.web_dir, walk.scalar(value, "server.web_dir"));
   }
   if (auto value = node["session_lifetime"]) {
     ASSIGN_OR_RETURN(out.session_lifetime,

@@ -102,6 +102,9 @@ struct ServerConfig {
   Duration shutdown_grace = std::chrono::seconds(30);  // running turns may finish in this
   uint32_t workers = 8;                                // turns and cells running at once
   Duration session_lifetime = std::chrono::hours(12);  // a browser sign-in lasts this long
+  // The web UI's files; "" means the ones built beside the quarry executable (build/web, or
+  // <prefix>/share/quarry/web when installed).
+  std::string web_dir;
 };
 
 struct Config {

@@ -9,6 +9,7 @@
 #include "conversation/lifecycle.h"
 #include "data/connection.h"
 #include "data/database.h"
+#include "data/table_view.h"
 #include "server/api_json.h"
 #include "server/json_body.h"
 #include "server/openapi.h"
@@ -79,6 +80,52 @@ std::string session_cookie(std::string_view id, std::chrono::milliseconds lifeti
                      std::chrono::duration_cast<std::chrono::seconds>(lifetime).count());
 }
 
+std::string_view content_type_of(std::string_view type) {
+  if (type == "png") return "image/png";
+  if (type == "svg") return "image/svg+xml";
+  if (type == "html") return "text/html; charset=utf-8";
+  if (type == "csv") return "text/csv; charset=utf-8";
+  if (type == "json") return "application/json";
+  if (type == "parquet") return "application/vnd.apache.parquet";
+  if (type == "js") return "text/javascript; charset=utf-8";
+  if (type == "css") return "text/css; charset=utf-8";
+  if (type == "map") return "application/json";
+  return "application/octet-stream";
+}
+
+// Artifacts are sandbox output, i.e. untrusted: each is its own opaque origin (CSP sandbox, no
+// allow-same-origin), so a hostile chart can neither read the API nor use the user's session,
+// and it may load nothing from anywhere. HTML and SVG may run their own inline scripts
+// (interactive charts); nothing else may run at all.
+std::string_view artifact_policy(std::string_view type) {
+  if (type == "html" || type == "svg") {
+    return "sandbox allow-scripts; default-src 'none'; script-src 'unsafe-inline' "
+           "'unsafe-eval' blob: data:; style-src 'unsafe-inline'; img-src data: blob:; "
+           "font-src data:; frame-ancestors 'self'";
+  }
+  return "sandbox; default-src 'none'; frame-ancestors 'self'";
+}
+
+// The UI's own pages: its scripts and styles from this server only, nothing inline, nothing
+// from elsewhere; artifacts may be framed (they sandbox themselves), the page itself may not.
+constexpr std::string_view kPagePolicy =
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+    "connect-src 'self'; frame-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'";
+
+// filename="..." with anything unusual replaced, and filename*= with the name in UTF-8.
+std::string content_disposition(bool download, std::string_view name) {
+  auto base = name.substr(name.rfind('/') == std::string_view::npos ? 0 : name.rfind('/') + 1);
+  std::string plain, encoded;
+  for (unsigned char c : base) {
+    const bool safe = std::isalnum(c) || c == '.' || c == '_' || c == '-';
+    plain += safe ? static_cast<char>(c) : '_';
+    encoded += safe ? fmt::format("{:c}", c) : fmt::format("%{:02X}", c);
+  }
+  return fmt::format("{}; filename=\"{}\"; filename*=UTF-8''{}", download ? "attachment" : "inline",
+                     plain, encoded);
+}
+
 ApiError turn_conflict(const Error& error) {
   if (error.code == ErrorCode::kAborted) return {409, "turn_running", error.message};
   return from_error(error);
@@ -147,7 +194,9 @@ ApiResult<ApiReply> Api::dispatch(const ApiRequest& request) {
   const RouteId id = request.route.route->id;
   switch (id) {
     case RouteId::kIndex:
-      return index();
+      return page();
+    case RouteId::kAsset:
+      return asset(request);
     case RouteId::kHealth:
       return json({{"status", "ok"}});
     case RouteId::kReady:
@@ -182,6 +231,8 @@ ApiResult<ApiReply> Api::dispatch(const ApiRequest& request) {
       return list_artifacts(request);
     case RouteId::kArtifactRead:
       return read_artifact(request);
+    case RouteId::kArtifactTable:
+      return artifact_table(request);
     case RouteId::kExecList:
       return list_execs(request);
     case RouteId::kSandboxList:
@@ -204,12 +255,34 @@ ApiResult<conversation::Conversation> Api::owned(const ApiRequest& request, std:
   return std::move(*conversation);
 }
 
-ApiResult<ApiReply> Api::index() {
-  return json({{"name", "quarry"},
-               {"version", services_.info.version},
-               {"api", "/api/v1"},
-               {"openapi", "/api/openapi.json"},
-               {"health", "/healthz"}});
+ApiResult<ApiReply> Api::page() {
+  const auto index = services_.web_dir / "index.html";
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(index, error)) {
+    return api_error(503, "ui_not_built",
+                     "the web UI is not built ({} is missing): scripts/build builds it into "
+                     "build/web, or set server.web_dir; the API works without it, see "
+                     "/api/openapi.json",
+                     index.string());
+  }
+  return FileReply{
+      index, "text/html; charset=utf-8", {{"Content-Security-Policy", std::string(kPagePolicy)}}};
+}
+
+ApiResult<ApiReply> Api::asset(const ApiRequest& request) {
+  const auto& name = request.route.params.at("file");
+  auto missing = [&] { return api_error(404, "not_found", "there is no file '/assets/{}'", name); };
+  // One plain name: the route gives one path segment; no hidden files, no "..".
+  if (name.starts_with(".") || name.find('\\') != std::string::npos) return missing();
+  const auto path = services_.web_dir / "assets" / name;
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, error))) {
+    return missing();
+  }
+  const auto extension = path.extension().string();
+  return FileReply{path,
+                   std::string(content_type_of(extension.empty() ? "" : extension.substr(1))),
+                   {{"Content-Security-Policy", std::string(kPagePolicy)}}};
 }
 
 ApiResult<ApiReply> Api::ready() {
@@ -483,13 +556,10 @@ ApiResult<ApiReply> Api::list_artifacts(const ApiRequest& request) {
   return json({{"artifacts", items}});
 }
 
-ApiResult<ApiReply> Api::read_artifact(const ApiRequest& request) {
-  if (auto checked = check_query(request, {"download"}); !checked) {
-    return std::unexpected(checked.error());
-  }
-  const auto& text = request.route.params.at("artifact_id");
-  auto id = whole_number(text);
+ApiResult<conversation::Artifact> Api::owned_artifact(const ApiRequest& request,
+                                                      std::string_view text) {
   auto not_found = [&] { return api_error(404, "not_found", "there is no artifact '{}'", text); };
+  auto id = whole_number(text);
   if (!id) return not_found();
   auto found = services_.history.artifact(*id);
   if (!found) {
@@ -504,9 +574,71 @@ ApiResult<ApiReply> Api::read_artifact(const ApiRequest& request) {
                      "artifact {} ({}) is recorded, but its file is no longer stored", *id,
                      artifact.name);
   }
+  return std::move(artifact);
+}
+
+ApiResult<ApiReply> Api::read_artifact(const ApiRequest& request) {
+  if (auto checked = check_query(request, {"download"}); !checked) {
+    return std::unexpected(checked.error());
+  }
+  auto artifact = owned_artifact(request, request.route.params.at("artifact_id"));
+  if (!artifact) return std::unexpected(artifact.error());
   auto download = request.query.find("download");
-  return FileReply{artifact.location, artifact.name, artifact.type,
-                   download != request.query.end() && download->second != "0"};
+  const bool attachment = download != request.query.end() && download->second != "0";
+  return FileReply{artifact->location,
+                   std::string(content_type_of(artifact->type)),
+                   {{"Content-Security-Policy", std::string(artifact_policy(artifact->type))},
+                    {"Content-Disposition", content_disposition(attachment, artifact->name)}}};
+}
+
+ApiResult<ApiReply> Api::artifact_table(const ApiRequest& request) {
+  if (auto checked = check_query(request, {"offset", "limit", "sort", "order"}); !checked) {
+    return std::unexpected(checked.error());
+  }
+  auto artifact = owned_artifact(request, request.route.params.at("artifact_id"));
+  if (!artifact) return std::unexpected(artifact.error());
+  if (artifact->type != "csv" && artifact->type != "parquet") {
+    return api_error(400, "not_a_table", "artifact {} ({}) is {}, not a table (csv or parquet)",
+                     artifact->id, artifact->name, artifact->type);
+  }
+  data::TablePageRequest page;
+  auto limit = page_size(request);
+  if (!limit) return std::unexpected(limit.error());
+  page.limit = *limit;
+  if (auto offset = request.query.find("offset"); offset != request.query.end()) {
+    auto value = whole_number(offset->second);
+    if (!value) {
+      return api_error(400, "invalid_parameter", "offset must be a whole number, not '{}'",
+                       offset->second);
+    }
+    page.offset = static_cast<uint64_t>(*value);
+  }
+  if (auto sort = request.query.find("sort"); sort != request.query.end()) {
+    page.sort = sort->second;
+  }
+  if (auto order = request.query.find("order"); order != request.query.end()) {
+    if (order->second != "asc" && order->second != "desc") {
+      return api_error(400, "invalid_parameter", "order must be asc or desc, not '{}'",
+                       order->second);
+    }
+    page.descending = order->second == "desc";
+  }
+  auto table = data::read_table_page(artifact->location, artifact->type, page);
+  if (!table) {
+    if (table.error().code == ErrorCode::kInvalidArgument) {
+      return api_error(400, "invalid_parameter", "{}", table.error().message);
+    }
+    if (table.error().code == ErrorCode::kFailedPrecondition) {
+      return api_error(422, "unreadable_table", "artifact {} ({}): {}", artifact->id,
+                       artifact->name, table.error().message);
+    }
+    if (table.error().code == ErrorCode::kResourceExhausted) {
+      return api_error(422, "table_too_large", "artifact {} ({}): {}", artifact->id, artifact->name,
+                       table.error().message);
+    }
+    return std::unexpected(from_error(table.error()));
+  }
+  return json(std::move(*table));
 }
 
 ApiResult<ApiReply> Api::list_execs(const ApiRequest& request) {

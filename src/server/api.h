@@ -39,12 +39,11 @@ struct JsonReply {
   Headers headers;
 };
 
-// A stored artifact, sent as a download.
+// A file sent as it is: an artifact, or a file of the web UI.
 struct FileReply {
   std::filesystem::path path;
-  std::string name;  // for Content-Disposition
-  std::string type;  // the artifact's type: png, html, csv, ...
-  bool download = false;
+  std::string content_type;
+  Headers headers;  // e.g. Content-Security-Policy, Content-Disposition
 };
 
 // A conversation's events from `after` on: those of one turn (until its "done") or, when
@@ -79,6 +78,7 @@ class Api {
     Authenticator& auth;
     Sessions& sessions;
     ServerInfo info;
+    std::filesystem::path web_dir;  // the UI's index.html and assets/
   };
   explicit Api(Services services);
 
@@ -89,7 +89,8 @@ class Api {
   // The conversation `id` if it is the user's; another user's is as unknown as a missing one.
   ApiResult<conversation::Conversation> owned(const ApiRequest& request, std::string_view id);
 
-  ApiResult<ApiReply> index();
+  ApiResult<ApiReply> page();
+  ApiResult<ApiReply> asset(const ApiRequest& request);
   ApiResult<ApiReply> ready();
   ApiResult<ApiReply> info(const ApiRequest& request);
   ApiResult<ApiReply> read_session(const ApiRequest& request);
@@ -105,6 +106,9 @@ class Api {
   ApiResult<ApiReply> cancel(const ApiRequest& request);
   ApiResult<ApiReply> list_artifacts(const ApiRequest& request);
   ApiResult<ApiReply> read_artifact(const ApiRequest& request);
+  ApiResult<ApiReply> artifact_table(const ApiRequest& request);
+  // The artifact `id` names, if it belongs to the user; its file must still be stored.
+  ApiResult<conversation::Artifact> owned_artifact(const ApiRequest& request, std::string_view id);
   ApiResult<ApiReply> list_execs(const ApiRequest& request);
   ApiResult<ApiReply> list_sandboxes(const ApiRequest& request);
 

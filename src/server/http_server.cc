@@ -13,42 +13,6 @@ namespace {
 
 using Request = http::request<http::string_body>;
 
-std::string_view content_type_of(std::string_view type) {
-  if (type == "png") return "image/png";
-  if (type == "svg") return "image/svg+xml";
-  if (type == "html") return "text/html; charset=utf-8";
-  if (type == "csv") return "text/csv; charset=utf-8";
-  if (type == "json") return "application/json";
-  if (type == "parquet") return "application/vnd.apache.parquet";
-  return "application/octet-stream";
-}
-
-// Artifacts are sandbox output, i.e. untrusted: each is its own opaque origin (CSP sandbox, no
-// allow-same-origin), so a hostile chart can neither read the API nor use the user's session,
-// and it may load nothing from anywhere. HTML and SVG may run their own inline scripts
-// (interactive charts); nothing else may run at all.
-std::string_view artifact_policy(std::string_view type) {
-  if (type == "html" || type == "svg") {
-    return "sandbox allow-scripts; default-src 'none'; script-src 'unsafe-inline' "
-           "'unsafe-eval' blob: data:; style-src 'unsafe-inline'; img-src data: blob:; "
-           "font-src data:; frame-ancestors 'self'";
-  }
-  return "sandbox; default-src 'none'; frame-ancestors 'self'";
-}
-
-// filename="..." with anything unusual replaced, and filename*= with the name in UTF-8.
-std::string content_disposition(bool download, std::string_view name) {
-  auto base = name.substr(name.rfind('/') == std::string_view::npos ? 0 : name.rfind('/') + 1);
-  std::string plain, encoded;
-  for (unsigned char c : base) {
-    const bool safe = std::isalnum(c) || c == '.' || c == '_' || c == '-';
-    plain += safe ? static_cast<char>(c) : '_';
-    encoded += safe ? fmt::format("{:c}", c) : fmt::format("%{:02X}", c);
-  }
-  return fmt::format("{}; filename=\"{}\"; filename*=UTF-8''{}", download ? "attachment" : "inline",
-                     plain, encoded);
-}
-
 // The parameters of a query for the access log: names, with the values of those that might
 // carry a secret replaced.
 std::string loggable_query(const std::map<std::string, std::string, std::less<>>& query) {
@@ -76,17 +40,24 @@ bool changes_state(http::verb method) {
          method == http::verb::delete_;
 }
 
-// Writes a whole response with the headers every answer has.
+// Writes a whole response with the headers every answer has; to a HEAD request, the headers
+// alone (with the length the body would have).
 template <typename Body>
 net::awaitable<Sent> write_response(beast::tcp_stream& stream, http::response<Body>& response,
-                                    std::chrono::seconds timeout) {
+                                    std::chrono::seconds timeout, bool head = false) {
   common_headers(response.base());
   response.prepare_payload();
   Sent sent{static_cast<int>(response.result_int()), 0, response.keep_alive()};
   boost::system::error_code error;
   stream.expires_after(timeout);
-  sent.bytes =
-      co_await http::async_write(stream, response, net::redirect_error(net::use_awaitable, error));
+  if (head) {
+    http::response_serializer<Body> serializer{response};
+    sent.bytes = co_await http::async_write_header(stream, serializer,
+                                                   net::redirect_error(net::use_awaitable, error));
+  } else {
+    sent.bytes = co_await http::async_write(stream, response,
+                                            net::redirect_error(net::use_awaitable, error));
+  }
   if (error) sent.keep_alive = false;
   co_return sent;
 }
@@ -94,7 +65,7 @@ net::awaitable<Sent> write_response(beast::tcp_stream& stream, http::response<Bo
 // `body` null: no body (204).
 net::awaitable<Sent> write_json(beast::tcp_stream& stream, int status, const nlohmann::json& body,
                                 const Headers& headers, bool keep_alive,
-                                std::chrono::seconds timeout) {
+                                std::chrono::seconds timeout, bool head = false) {
   http::response<http::string_body> response{static_cast<http::status>(status), 11};
   response.keep_alive(keep_alive);
   for (const auto& [name, value] : headers)
@@ -103,7 +74,7 @@ net::awaitable<Sent> write_json(beast::tcp_stream& stream, int status, const nlo
     response.set(http::field::content_type, "application/json");
     response.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-  co_return co_await write_response(stream, response, timeout);
+  co_return co_await write_response(stream, response, timeout, head);
 }
 
 net::awaitable<Sent> write_error(beast::tcp_stream& stream, const ApiError& failure,
@@ -282,7 +253,9 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
     if (error) break;
     Request request = parser.release();
     const bool keep_alive = request.keep_alive() && !stopping_;
-    const std::string method(request.method_string());
+    // HEAD is GET without the body.
+    const bool head = request.method() == http::verb::head;
+    const std::string method = head ? "GET" : std::string(request.method_string());
     const std::string target(request.target());
     const std::string path = target.substr(0, target.find('?'));
     ApiRequest api_request;
@@ -339,9 +312,12 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
       ApiReply reply = co_await on_pool([&] { return api_.handle(api_request); });
       if (auto* json = std::get_if<JsonReply>(&reply)) {
         sent = co_await write_json(stream, json->status, json->body, json->headers, keep_alive,
-                                   timeout);
+                                   timeout, head);
       } else if (auto* file = std::get_if<FileReply>(&reply)) {
-        sent = co_await send_file(stream, *file, keep_alive);
+        sent = co_await send_file(stream, *file, keep_alive, head);
+      } else if (head) {
+        const nlohmann::json nothing;
+        sent = co_await write_json(stream, 200, nothing, no_headers, keep_alive, timeout, head);
       } else {
         sent = co_await send_events(stream, std::get<StreamReply>(reply), keep_alive);
       }
@@ -365,20 +341,20 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
 }
 
 net::awaitable<Sent> HttpServer::send_file(beast::tcp_stream& stream, const FileReply& file,
-                                           bool keep_alive) {
+                                           bool keep_alive, bool head) {
   http::response<http::file_body> response{http::status::ok, 11};
   response.keep_alive(keep_alive);
   boost::system::error_code error;
   response.body().open(file.path.c_str(), beast::file_mode::scan, error);
   if (error) {
-    const ApiError unreadable{404, "not_found", "the artifact's file cannot be read"};
+    const ApiError unreadable{404, "not_found", "the file cannot be read"};
     const Headers none;
     co_return co_await write_error(stream, unreadable, keep_alive, none, options_.write_timeout);
   }
-  response.set(http::field::content_type, to_beast(content_type_of(file.type)));
-  response.set(http::field::content_disposition, content_disposition(file.download, file.name));
-  response.set("Content-Security-Policy", to_beast(artifact_policy(file.type)));
-  co_return co_await write_response(stream, response, options_.write_timeout);
+  response.set(http::field::content_type, file.content_type);
+  for (const auto& [name, value] : file.headers)
+    response.set(name, value);
+  co_return co_await write_response(stream, response, options_.write_timeout, head);
 }
 
 net::awaitable<Sent> HttpServer::send_events(beast::tcp_stream& stream, const StreamReply& plan,

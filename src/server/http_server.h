@@ -50,7 +50,8 @@ class HttpServer {
  private:
   net::awaitable<void> accept_loop();
   net::awaitable<void> session(tcp::socket socket);
-  net::awaitable<Sent> send_file(beast::tcp_stream& stream, const FileReply& file, bool keep_alive);
+  net::awaitable<Sent> send_file(beast::tcp_stream& stream, const FileReply& file, bool keep_alive,
+                                 bool head);
   // Server-Sent Events: the conversation's events from plan.after on.
   net::awaitable<Sent> send_events(beast::tcp_stream& stream, const StreamReply& plan,
                                    bool keep_alive);

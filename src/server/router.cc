@@ -8,6 +8,7 @@ namespace {
 
 constexpr std::array kRoutes = {
     Route{"GET", "/", RouteId::kIndex, true},
+    Route{"GET", "/assets/{file}", RouteId::kAsset, true},
     Route{"GET", "/healthz", RouteId::kHealth, true},
     Route{"GET", "/readyz", RouteId::kReady, true},
     Route{"GET", "/api/openapi.json", RouteId::kOpenApi, true},
@@ -25,6 +26,7 @@ constexpr std::array kRoutes = {
     Route{"POST", "/api/v1/conversations/{id}/cancel", RouteId::kCancel},
     Route{"GET", "/api/v1/conversations/{id}/artifacts", RouteId::kArtifactList},
     Route{"GET", "/api/v1/artifacts/{artifact_id}", RouteId::kArtifactRead},
+    Route{"GET", "/api/v1/artifacts/{artifact_id}/table", RouteId::kArtifactTable},
     Route{"GET", "/api/v1/execs", RouteId::kExecList},
     Route{"GET", "/api/v1/sandboxes", RouteId::kSandboxList},
 };

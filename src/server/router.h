@@ -14,6 +14,7 @@ namespace quarry::server {
 
 enum class RouteId {
   kIndex,
+  kAsset,
   kHealth,
   kReady,
   kOpenApi,
@@ -31,6 +32,7 @@ enum class RouteId {
   kCancel,
   kArtifactList,
   kArtifactRead,
+  kArtifactTable,
   kExecList,
   kSandboxList,
 };

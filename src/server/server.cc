@@ -51,6 +51,19 @@ class Reaper {
   std::thread thread_;
 };
 
+// server.web_dir, else the UI built beside this executable: build/web for build/src/quarry,
+// <prefix>/share/quarry/web for an installed <prefix>/bin/quarry.
+std::filesystem::path web_directory(const Config& config) {
+  if (!config.server.web_dir.empty()) return config.server.web_dir;
+  std::error_code error;
+  const auto executable = std::filesystem::read_symlink("/proc/self/exe", error);
+  for (const auto& candidate : {executable.parent_path().parent_path() / "web",
+                                executable.parent_path().parent_path() / "share/quarry/web"}) {
+    if (std::filesystem::exists(candidate / "index.html", error)) return candidate;
+  }
+  return executable.parent_path().parent_path() / "web";
+}
+
 std::string url_of(const tcp::endpoint& endpoint) {
   const auto address = endpoint.address();
   std::string host = address.to_string();
@@ -134,7 +147,8 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
            auth,
            sessions,
            {options.version, url_of(endpoint), config.server.max_body, config.server.workers,
-            model_unavailable}});
+            model_unavailable},
+           web_directory(config)});
 
   net::io_context io(1);
   HttpServerOptions http_options;

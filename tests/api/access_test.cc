@@ -21,6 +21,7 @@ std::vector<std::tuple<std::string, std::string, std::string>> routes_with_ids(
           {"POST", base + "/cancel", ""},
           {"GET", base + "/artifacts", ""},
           {"GET", fmt::format("/api/v1/artifacts/{}", artifact), ""},
+          {"GET", fmt::format("/api/v1/artifacts/{}/table", artifact), ""},
           {"GET", "/api/v1/execs?conversation=" + conversation, ""}};
 }
 

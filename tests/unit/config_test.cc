@@ -30,6 +30,30 @@ TEST(Config, EmptyTextGivesDefaults) {
   EXPECT_EQ(config->database.export_row_group_rows, 131072u);
 }
 
+// The README's configuration block lists every key with its default: it must be a config
+// quarry accepts, and mean what no config means.
+TEST(Config, TheReadmesExampleIsAcceptedAndHoldsTheDefaults) {
+  std::ifstream in(std::string(QUARRY_SOURCE_DIR) + "/README.md");
+  std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto section = readme.find("## Configuration");
+  ASSERT_NE(section, std::string::npos);
+  const auto start = readme.find("```yaml\n", section);
+  ASSERT_NE(start, std::string::npos);
+  const auto end = readme.find("```", start + 8);
+  auto example = parse_config(readme.substr(start + 8, end - start - 8), "README.md");
+  ASSERT_TRUE(example) << example.error().message;
+  auto defaults = parse_config("", "config.yml");
+  ASSERT_TRUE(defaults);
+  EXPECT_EQ(example->sandbox.resources.memory_bytes, defaults->sandbox.resources.memory_bytes);
+  EXPECT_EQ(example->sandbox.exec_timeout, defaults->sandbox.exec_timeout);
+  EXPECT_EQ(example->database.port, defaults->database.port);
+  EXPECT_EQ(example->model.base_url, defaults->model.base_url);
+  EXPECT_EQ(example->server.listen, defaults->server.listen);
+  EXPECT_EQ(example->server.workers, defaults->server.workers);
+  EXPECT_EQ(example->server.session_lifetime, defaults->server.session_lifetime);
+  EXPECT_EQ(example->server.web_dir, defaults->server.web_dir);
+}
+
 TEST(Config, ReadsTheDatabaseSection) {
   auto config = parse_config(R"(
 database:

@@ -1,0 +1,115 @@
+// The application's state: who is signed in, the server's info, the conversation list and the
+// route (from the location's hash: #/c/ID, #/load, #/load/ID).
+import { ApiError, api, useCsrfToken, type Conversation, type Info, type Session } from "./api";
+import { messageOf } from "./conversation";
+import { Store } from "./store";
+
+export type Route =
+  | { page: "home" }
+  | { page: "conversation"; id: string }
+  | { page: "load"; conversation?: string };
+
+export type SessionState =
+  | { status: "loading" }
+  | { status: "signed-out"; error?: string }
+  | { status: "signed-in"; session: Session };
+
+export const session = new Store<SessionState>({ status: "loading" });
+export const info = new Store<Info | null>(null);
+export const conversations = new Store<{ list: Conversation[]; next: string | null; error?: string }>({
+  list: [],
+  next: null,
+});
+export const route = new Store<Route>(parseRoute(location.hash));
+export const notice = new Store<string | null>(null);
+
+export function parseRoute(hash: string): Route {
+  const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  if (parts[0] === "c" && parts[1]) return { page: "conversation", id: parts[1] };
+  if (parts[0] === "load") return { page: "load", conversation: parts[1] };
+  return { page: "home" };
+}
+
+export function go(to: Route) {
+  const hash =
+    to.page === "conversation"
+      ? `#/c/${encodeURIComponent(to.id)}`
+      : to.page === "load"
+        ? `#/load${to.conversation ? "/" + encodeURIComponent(to.conversation) : ""}`
+        : "#/";
+  if (location.hash !== hash) location.hash = hash;
+}
+
+window.addEventListener("hashchange", () => route.set(parseRoute(location.hash)));
+
+export async function start() {
+  try {
+    const current = await api.session();
+    useCsrfToken(current.csrf_token);
+    session.set({ status: "signed-in", session: current });
+    info.set(await api.info());
+    await refreshConversations();
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) {
+      session.set({ status: "signed-out" });
+    } else {
+      session.set({ status: "signed-out", error: messageOf(error) });
+    }
+  }
+}
+
+export async function signIn(token: string) {
+  try {
+    await api.signIn(token);
+  } catch (error) {
+    session.set({ status: "signed-out", error: messageOf(error) });
+    return;
+  }
+  await start();
+}
+
+export async function signOut() {
+  try {
+    await api.signOut();
+  } finally {
+    useCsrfToken(null);
+    conversations.set({ list: [], next: null });
+    session.set({ status: "signed-out" });
+  }
+}
+
+export async function refreshConversations() {
+  try {
+    const page = await api.conversations();
+    conversations.set({ list: page.conversations, next: page.next_cursor });
+  } catch (error) {
+    conversations.update((state) => ({ ...state, error: messageOf(error) }));
+  }
+}
+
+export async function moreConversations() {
+  const { next } = conversations.value;
+  if (!next) return;
+  const page = await api.conversations(next);
+  conversations.update((state) => ({ list: [...state.list, ...page.conversations], next: page.next_cursor }));
+}
+
+export async function newConversation() {
+  try {
+    const created = await api.createConversation();
+    conversations.update((state) => ({ ...state, list: [created, ...state.list] }));
+    go({ page: "conversation", id: created.id });
+  } catch (error) {
+    notice.set(messageOf(error));
+  }
+}
+
+export async function deleteConversation(id: string) {
+  try {
+    await api.deleteConversation(id);
+    conversations.update((state) => ({ ...state, list: state.list.filter((c) => c.id !== id) }));
+    go({ page: "home" });
+  } catch (error) {
+    notice.set(messageOf(error));
+  }
+}

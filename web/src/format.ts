@@ -1,0 +1,34 @@
+// Numbers as people read them: sizes in binary units, durations in seconds or milliseconds.
+
+export function size(bytes: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  if (unit === 0) return `${bytes} B`;
+  const digits = value >= 100 || Number.isInteger(value) ? 0 : 1;
+  return `${value.toFixed(digits)} ${units[unit]}`;
+}
+
+export function seconds(ms: number): string {
+  if (ms < 1000) return `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`;
+  return `${(ms / 1000).toFixed(2)} s`;
+}
+
+export function when(iso: string): string {
+  const time = new Date(iso);
+  const today = new Date();
+  const sameDay = time.toDateString() === today.toDateString();
+  return sameDay
+    ? time.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })
+    : time.toLocaleDateString([], { month: "short", day: "numeric" });
+}
+
+// A table cell: floating-point noise (0.1 + 0.2) trimmed to 12 significant digits, integers as they are.
+export function cell(value: unknown): string {
+  if (typeof value === "number" && !Number.isInteger(value)) return String(Number(value.toPrecision(12)));
+  return String(value);
+}

@@ -1,0 +1,98 @@
+// One conversation: its turns, and the composer for the next question or cell. The composer is
+// also where "edit and run again" puts a step's code or the last question.
+import { useEffect, useMemo, useState } from "preact/hooks";
+
+import { deleteConversation, info, refreshConversations } from "../app";
+import type { CellKind } from "../api";
+import { ConversationController } from "../conversation";
+import { useStore } from "../store";
+import { Composer, type Draft } from "./Composer";
+import { TurnView } from "./TurnView";
+
+export function ConversationPage({ id }: { id: string }) {
+  const controller = useMemo(() => new ConversationController(id, () => void refreshConversations()), [id]);
+  const state = useStore(controller.state);
+  const server = useStore(info);
+  const [draft, setDraft] = useState<Draft | null>(null);
+  const [expanded, setExpanded] = useState<boolean | null>(null);
+
+  useEffect(() => {
+    void controller.load();
+    return () => controller.dispose();
+  }, [controller]);
+
+  if (state.missing) {
+    return (
+      <section class="empty">
+        <h1>No such conversation</h1>
+        <p>
+          It does not exist, or it is not yours. <a href="#/">Back</a>
+        </p>
+      </section>
+    );
+  }
+  const modelAvailable = server?.model.available ?? false;
+  const lastAsk = [...state.turns].reverse().find((turn) => turn.kind === "ask")?.number;
+  const editCell = (cell: { kind: CellKind; code: string; filename: string }) =>
+    setDraft({ mode: "cell", ...cell, key: Date.now() });
+
+  return (
+    <section class="conversation" aria-busy={state.running}>
+      <header class="conversation-head">
+        <h1>{state.detail?.title || "New conversation"}</h1>
+        <div class="actions">
+          <button class="link" onClick={() => setExpanded(true)}>
+            Expand all
+          </button>
+          <button class="link" onClick={() => setExpanded(false)}>
+            Collapse all
+          </button>
+          <a href={`#/load/${id}`}>Load</a>
+          <button
+            class="link danger"
+            disabled={state.running}
+            onClick={() => {
+              if (confirm("Delete this conversation, its sandbox and its files?")) void deleteConversation(id);
+            }}
+          >
+            Delete
+          </button>
+        </div>
+      </header>
+      {!modelAvailable && server && (
+        <p class="notebook-note">
+          Notebook mode: no language model is configured ({server.model.reason}). Run SQL and Python
+          cells below; they run in this conversation's sandbox with the same metering.
+        </p>
+      )}
+      <ol class="turns">
+        {state.turns.map((turn) => (
+          <TurnView
+            key={turn.number}
+            turn={turn}
+            expanded={expanded}
+            onEditCell={editCell}
+            onEditQuestion={
+              turn.number === lastAsk && !state.running && modelAvailable
+                ? () => setDraft({ mode: "ask", text: turn.question ?? "", key: Date.now() })
+                : undefined
+            }
+          />
+        ))}
+      </ol>
+      {state.error && (
+        <p class="error" role="alert">
+          {state.error}
+        </p>
+      )}
+      <Composer
+        running={state.running}
+        modelAvailable={modelAvailable}
+        draft={draft}
+        onAsk={(text) => void controller.ask(text)}
+        onCell={(kind, code, filename) => void controller.runCell(kind, code, filename)}
+        onStop={() => void controller.cancel()}
+      />
+    </section>
+  );
+}

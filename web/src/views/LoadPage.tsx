@@ -1,0 +1,194 @@
+// The Load page (seed 002): per conversation or overall, each code step over time with its run
+// time, CPU time and overhead, its peak memory against the limit with OOM kills marked, a
+// sortable table of the steps, and the live sandboxes by state. Updated every few seconds.
+import { useEffect, useMemo, useState } from "preact/hooks";
+
+import { conversations } from "../app";
+import { api, type Exec, type ExecTotals, type Sandboxes } from "../api";
+import { messageOf } from "../conversation";
+import { seconds, size } from "../format";
+import { useStore } from "../store";
+import { TimeChart, type Series } from "./TimeChart";
+
+const kRefreshMs = 3000;
+
+const kTimeSeries: Series[] = [
+  { label: "run (s)", value: (e) => e.run_ms / 1000, color: "#2f5d50" },
+  { label: "CPU (s)", value: (e) => e.cpu_ms / 1000, color: "#c27c0e" },
+  { label: "overhead (ms)", value: (e) => e.overhead_ms, color: "#6b6fb5", scale: "ms" },
+];
+
+const kMemorySeries: Series[] = [
+  { label: "peak (MiB)", value: (e) => e.peak_memory_bytes / 2 ** 20, color: "#2f5d50" },
+  { label: "limit (MiB)", value: (e) => e.memory_limit_bytes / 2 ** 20, color: "#999999", line: true },
+  { label: "OOM kill", value: (e) => (e.oom ? e.peak_memory_bytes / 2 ** 20 : null), color: "#c0392b", mark: true },
+];
+
+type Column = { key: string; label: string; value: (exec: Exec) => number | string; show: (exec: Exec) => string };
+
+// The steps' conversation, in the overview of all of them.
+function conversationColumn(titles: Map<string, string>): Column {
+  const title = (e: Exec) => titles.get(e.conversation_id ?? "") || e.conversation_id || "";
+  return { key: "conversation", label: "Conversation", value: title, show: title };
+}
+
+const kColumns: Column[] = [
+  { key: "time", label: "Time", value: (e) => e.started_at, show: (e) => new Date(e.started_at).toLocaleTimeString() },
+  { key: "tool", label: "Step", value: (e) => e.tool ?? "", show: (e) => e.tool ?? e.command },
+  { key: "run", label: "Run", value: (e) => e.run_ms, show: (e) => seconds(e.run_ms) },
+  { key: "cpu", label: "CPU", value: (e) => e.cpu_ms, show: (e) => seconds(e.cpu_ms) },
+  { key: "overhead", label: "Overhead", value: (e) => e.overhead_ms, show: (e) => seconds(e.overhead_ms) },
+  { key: "peak", label: "Peak memory", value: (e) => e.peak_memory_bytes, show: (e) => `${size(e.peak_memory_bytes)} of ${size(e.memory_limit_bytes)}` },
+  { key: "exit", label: "Exit", value: (e) => e.exit_code, show: (e) => (e.oom ? "OOM" : e.timed_out ? "timeout" : String(e.exit_code)) },
+];
+
+export function LoadPage({ conversation }: { conversation?: string }) {
+  const { list } = useStore(conversations);
+  const [execs, setExecs] = useState<Exec[]>([]);
+  const [totals, setTotals] = useState<ExecTotals | null>(null);
+  const [sandboxes, setSandboxes] = useState<Sandboxes | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [sort, setSort] = useState<{ key: string; descending: boolean }>({ key: "time", descending: true });
+
+  useEffect(() => {
+    let current = true;
+    const refresh = async () => {
+      try {
+        const [page, live] = await Promise.all([api.execs(conversation), api.sandboxes()]);
+        if (!current) return;
+        setExecs(page.execs);
+        setTotals(page.totals);
+        setSandboxes(live);
+        setError(null);
+      } catch (failure) {
+        if (current) setError(messageOf(failure));
+      }
+    };
+    void refresh();
+    const timer = setInterval(refresh, kRefreshMs);
+    return () => {
+      current = false;
+      clearInterval(timer);
+    };
+  }, [conversation]);
+
+  const ordered = useMemo(() => [...execs].sort((a, b) => a.started_at.localeCompare(b.started_at)), [execs]);
+  const columns = useMemo(
+    () =>
+      conversation
+        ? kColumns
+        : [kColumns[0]!, conversationColumn(new Map(list.map((c) => [c.id, c.title]))), ...kColumns.slice(1)],
+    [conversation, list],
+  );
+  const sorted = useMemo(() => {
+    const column = columns.find((c) => c.key === sort.key) ?? columns[0]!;
+    const rows = [...execs].sort((a, b) => {
+      const x = column.value(a);
+      const y = column.value(b);
+      return x < y ? -1 : x > y ? 1 : 0;
+    });
+    return sort.descending ? rows.reverse() : rows;
+  }, [execs, sort, columns]);
+  const title = conversation ? list.find((c) => c.id === conversation)?.title || conversation : "All conversations";
+
+  return (
+    <section class="load">
+      <header class="load-head">
+        <h1>Load: {title}</h1>
+        <label for="load-scope">Show</label>{" "}
+        <select
+          id="load-scope"
+          value={conversation ?? ""}
+          onChange={(event) => {
+            const id = event.currentTarget.value;
+            location.hash = id ? `#/load/${encodeURIComponent(id)}` : "#/load";
+          }}
+        >
+          <option value="">All conversations</option>
+          {list.map((c) => (
+            <option key={c.id} value={c.id}>
+              {c.title || c.id}
+            </option>
+          ))}
+        </select>
+      </header>
+      {error && <p class="error" role="alert">{error}</p>}
+      {totals && (
+        <dl class="totals">
+          <div><dt>Code steps</dt><dd>{totals.steps}</dd></div>
+          <div><dt>Run time</dt><dd>{seconds(totals.run_ms)}</dd></div>
+          <div><dt>CPU time</dt><dd>{seconds(totals.cpu_ms)}</dd></div>
+          <div><dt>Overhead</dt><dd>{seconds(totals.overhead_ms)}</dd></div>
+          <div><dt>Highest peak</dt><dd>{size(totals.max_peak_memory_bytes)}</dd></div>
+          <div class={totals.ooms > 0 ? "bad" : undefined}><dt>Out of memory</dt><dd>{totals.ooms}</dd></div>
+          <div><dt>Timed out</dt><dd>{totals.timeouts}</dd></div>
+        </dl>
+      )}
+      {ordered.length > 0 ? (
+        <div class="charts">
+          <TimeChart title="Time per step" execs={ordered} series={kTimeSeries} />
+          <TimeChart title="Peak memory against the limit" execs={ordered} series={kMemorySeries} />
+        </div>
+      ) : (
+        <p class="empty">No code steps yet.</p>
+      )}
+      {sorted.length > 0 && (
+        <div class="table-scroll">
+          <table class="steps">
+            <thead>
+              <tr>
+                {columns.map((column) => (
+                  <th key={column.key} scope="col" aria-sort={sort.key === column.key ? (sort.descending ? "descending" : "ascending") : undefined}>
+                    <button
+                      class="sort"
+                      onClick={() => setSort({ key: column.key, descending: sort.key === column.key ? !sort.descending : true })}
+                    >
+                      {column.label}
+                      {sort.key === column.key ? (sort.descending ? " ▼" : " ▲") : ""}
+                    </button>
+                  </th>
+                ))}
+              </tr>
+            </thead>
+            <tbody>
+              {sorted.map((exec) => (
+                <tr key={exec.id} class={exec.oom || exec.timed_out ? "bad" : undefined}>
+                  {columns.map((column) => (
+                    <td key={column.key}>
+                      {column.key === "tool" && exec.conversation_id ? (
+                        <a href={`#/c/${exec.conversation_id}`}>{column.show(exec)}</a>
+                      ) : (
+                        column.show(exec)
+                      )}
+                    </td>
+                  ))}
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {sandboxes && (
+        <section class="sandboxes">
+          <h2>Live sandboxes</h2>
+          <p>
+            Yours:{" "}
+            {Object.entries(sandboxes.by_state).map(([state, count]) => `${count} ${state}`).join(", ") || "none"}
+            {" · "}Everyone's:{" "}
+            {Object.entries(sandboxes.all_by_state).map(([state, count]) => `${count} ${state}`).join(", ") || "none"}
+          </p>
+          <ul>
+            {sandboxes.sandboxes.map((sandbox) => (
+              <li key={sandbox.conversation_id}>
+                <a href={`#/c/${sandbox.conversation_id}`}>
+                  {list.find((c) => c.id === sandbox.conversation_id)?.title || sandbox.conversation_id}
+                </a>{" "}
+                <span class={`state state-${sandbox.state}`}>{sandbox.state}</span>
+              </li>
+            ))}
+          </ul>
+        </section>
+      )}
+    </section>
+  );
+}

@@ -1,0 +1,109 @@
+// A tool step as a row: open while it runs, closed when done, with a one-line summary of what
+// it did and what it cost; failures, timeouts and out-of-memory kills in red with the message
+// the model saw. Inside: the code or SQL (highlighted, to copy or to run again as a cell), the
+// output as it came, the result, and the files it saved.
+import { useEffect, useState } from "preact/hooks";
+
+import type { CellKind } from "../api";
+import { seconds, size } from "../format";
+import { highlight } from "../highlight";
+import { describeMetering, stepSource, type Item, type Step } from "../turns";
+import { ArtifactView } from "./ArtifactView";
+
+interface Props {
+  step: Step;
+  items: Item[];
+  expanded: boolean | null;
+  keepOpen: boolean;  // a cell's step stays open when done: its output is what the user wanted
+  onEditCell: (cell: { kind: CellKind; code: string; filename: string }) => void;
+}
+
+function title(step: Step): string {
+  const args = (typeof step.arguments === "object" && step.arguments ? step.arguments : {}) as Record<string, unknown>;
+  if (step.tool === "export_query" && typeof args.filename === "string") return `export_query → ${args.filename}`;
+  if (step.tool === "write_file" && typeof args.path === "string") return `write_file ${args.path}`;
+  if (step.tool === "run_python" && typeof args.path === "string") return `run_python ${args.path}`;
+  return step.tool;
+}
+
+function summary(step: Step): string {
+  const parts = [title(step)];
+  if (step.metering) parts.push(describeMetering(step.metering, { seconds, size }));
+  else if (step.elapsedMs !== undefined) parts.push(seconds(step.elapsedMs));
+  if (step.metering?.oom) parts.push("out of memory");
+  else if (step.metering?.timed_out) parts.push("timed out");
+  else if (step.status === "failed") parts.push("failed");
+  else if (step.status === "cancelled") parts.push("stopped");
+  else if (step.status === "interrupted") parts.push("interrupted");
+  else if (step.status === "running") parts.push("running…");
+  return parts.join(" · ");
+}
+
+// Lines of a traceback or error output, so they can be shown as errors.
+function isErrorOutput(text: string): boolean {
+  return /Traceback \(most recent call last\)|^\w+Error: /m.test(text);
+}
+
+export function StepView({ step, items, expanded, keepOpen, onEditCell }: Props) {
+  const running = step.status === "running";
+  const [open, setOpen] = useState(running || keepOpen);
+  useEffect(() => setOpen(running || keepOpen), [running, keepOpen]);
+  useEffect(() => {
+    if (expanded !== null) setOpen(expanded);
+  }, [expanded]);
+  const source = stepSource(step, items);
+  const bad = step.status === "failed" || step.metering?.oom || step.metering?.timed_out;
+  const showContent = step.content && (!step.metering || bad);
+  return (
+    <>
+    <details
+      class={`step step-${step.status}${bad ? " bad" : ""}`}
+      open={open}
+      onToggle={(event) => setOpen((event.currentTarget as HTMLDetailsElement).open)}
+    >
+      <summary>
+        <span class="step-icon" aria-hidden="true">
+          {running ? "◌" : bad ? "✕" : step.status === "ok" ? "✓" : "■"}
+        </span>
+        <span class="step-summary">{summary(step)}</span>
+      </summary>
+      <div class="step-body">
+        {source && (
+          <div class="code-block">
+            <div class="code-actions">
+              <button class="link" onClick={() => void navigator.clipboard?.writeText(source.code)}>
+                Copy
+              </button>
+              {source.cell && !running && (
+                <button class="link" onClick={() => onEditCell(source.cell!)}>
+                  Edit and run as a cell
+                </button>
+              )}
+            </div>
+            <pre>
+              <code class={`hljs language-${source.language}`} dangerouslySetInnerHTML={{ __html: highlight(source.code, source.language) }} />
+            </pre>
+          </div>
+        )}
+        {(step.stdout || step.stderr) && (
+          <div class="output" aria-live={running ? "polite" : undefined}>
+            {step.stdout && <pre class={isErrorOutput(step.stdout) ? "stdout error-output" : "stdout"}>{step.stdout}</pre>}
+            {step.stderr && <pre class={isErrorOutput(step.stderr) ? "stderr error-output" : "stderr"}>{step.stderr}</pre>}
+            {step.outputCut && <p class="hint">The output was longer; the rest is kept in the history.</p>}
+          </div>
+        )}
+        {showContent ? (
+          <pre class={bad ? "result error-output" : "result"}>{step.content}</pre>
+        ) : (
+          step.metering?.message && <pre class="error-output">{step.metering.message}</pre>
+        )}
+        {step.failure?.advice && <p class="advice">{step.failure.advice}</p>}
+      </div>
+    </details>
+    {/* What a step made stays in view when its row is closed. */}
+    {step.artifacts.map((artifact) => (
+      <ArtifactView key={artifact.id} artifact={artifact} />
+    ))}
+    </>
+  );
+}

@@ -1,0 +1,73 @@
+// Steps over time drawn by uPlot: one point per step at the time it started, a series per
+// measure; "marks" series show only where they have a value (OOM kills).
+import { useEffect, useRef } from "preact/hooks";
+import uPlot from "uplot";
+
+import type { Exec } from "../api";
+
+export interface Series {
+  label: string;
+  value: (exec: Exec) => number | null;
+  color: string;
+  scale?: string;  // a second y axis (e.g. "ms")
+  line?: boolean;  // a dashed line (a limit) instead of a point per step
+  mark?: boolean;  // large points where it has a value (OOM kills)
+}
+
+export function TimeChart({ title, execs, series }: { title: string; execs: Exec[]; series: Series[] }) {
+  const element = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    const container = element.current;
+    if (!container) return;
+    const data: uPlot.AlignedData = [
+      execs.map((exec) => Date.parse(exec.started_at) / 1000),
+      ...series.map((s) => execs.map((exec) => s.value(exec))),
+    ];
+    const secondScale = series.find((s) => s.scale)?.scale;
+    // From zero, with room above the highest point; time padded so no step sits on an edge.
+    const fromZero: uPlot.Scale.Range = (_chart, _min, max) => [0, max > 0 ? max * 1.15 : 1];
+    const scales: uPlot.Scales = {
+      x: {
+        time: true,
+        range: (_chart, min, max) => {
+          const pad = Math.max((max - min) * 0.05, 30);
+          return [min - pad, max + pad];
+        },
+      },
+      y: { range: fromZero },
+    };
+    if (secondScale) scales[secondScale] = { range: fromZero };
+    const options: uPlot.Options = {
+      title,
+      width: Math.max(280, container.clientWidth),
+      height: 220,
+      scales,
+      axes: [
+        {},
+        { scale: "y" },
+        ...(secondScale ? [{ scale: secondScale, side: 1 as const, grid: { show: false } }] : []),
+      ],
+      series: [
+        {},
+        // A step is a point in time, not a sample of a curve: points only, but for limits.
+        ...series.map((s) => ({
+          label: s.label,
+          stroke: s.color,
+          scale: s.scale ?? "y",
+          dash: s.line ? [6, 4] : undefined,
+          width: s.line ? 1.5 : 0,
+          points: { show: !s.line, size: s.mark ? 12 : 7, fill: s.color },
+          paths: s.line ? undefined : () => null,
+        })),
+      ],
+    };
+    const chart = new uPlot(options, data, container);
+    const resize = new ResizeObserver(() => chart.setSize({ width: Math.max(280, container.clientWidth), height: 220 }));
+    resize.observe(container);
+    return () => {
+      resize.disconnect();
+      chart.destroy();
+    };
+  }, [execs, series, title]);
+  return <div class="chart" ref={element} role="img" aria-label={title} />;
+}

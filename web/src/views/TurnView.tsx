@@ -1,0 +1,107 @@
+// One turn: the question (or the cell that was run), then what happened in order (the model's
+// text, tool steps, sandbox events), then the answer, and how the turn ended if not well.
+import { useEffect, useRef } from "preact/hooks";
+
+import type { CellKind } from "../api";
+import { highlightBlocks } from "../highlight";
+import { markdown } from "../markdown";
+import type { Item, TurnView as Turn } from "../turns";
+import { StepView } from "./StepView";
+
+interface Props {
+  turn: Turn;
+  expanded: boolean | null;  // expand or collapse all steps; null: each as it is
+  onEditCell: (cell: { kind: CellKind; code: string; filename: string }) => void;
+  onEditQuestion?: () => void;
+}
+
+const kCellNames: Record<string, string> = { python: "Python", sql_query: "SQL query", sql_export: "SQL export" };
+
+export function TurnView({ turn, expanded, onEditCell, onEditQuestion }: Props) {
+  return (
+    <li class={`turn turn-${turn.status}`} data-turn={turn.number}>
+      {turn.kind === "ask" ? (
+        <div class="question">
+          <p>{turn.question}</p>
+          {onEditQuestion && (
+            <button class="link" onClick={onEditQuestion}>
+              Edit and ask again
+            </button>
+          )}
+        </div>
+      ) : (
+        <div class="cell-label">{turn.cell ? kCellNames[turn.cell.kind] : "Cell"} cell</div>
+      )}
+      {turn.items.map((item, index) => (
+        <ItemView
+          key={index}
+          item={item}
+          items={turn.items}
+          expanded={expanded}
+          keepOpen={turn.kind === "cell"}
+          onEditCell={onEditCell}
+        />
+      ))}
+      {turn.answer !== undefined && <Markdown text={turn.answer} class="answer" />}
+      {turn.status === "running" && turn.items.length === 0 && <p class="thinking">Working…</p>}
+      {turn.status !== "running" && turn.status !== "completed" && (
+        <p class={`turn-end ${turn.status}`} role="status">
+          {turn.status === "cancelled" ? "Stopped" : turn.status === "interrupted" ? "Interrupted" : "Failed"}
+          {turn.error ? `: ${turn.error}` : ""}
+        </p>
+      )}
+    </li>
+  );
+}
+
+function ItemView({
+  item,
+  items,
+  expanded,
+  keepOpen,
+  onEditCell,
+}: {
+  item: Item;
+  items: Item[];
+  expanded: boolean | null;
+  keepOpen: boolean;
+  onEditCell: Props["onEditCell"];
+}) {
+  switch (item.kind) {
+    case "text":
+      return <Markdown text={item.text} class="model-text" />;
+    case "step":
+      return <StepView step={item.step} items={items} expanded={expanded} keepOpen={keepOpen} onEditCell={onEditCell} />;
+    case "note":
+      return <p class="note">{item.text}</p>;
+    case "sandbox":
+      return <SandboxNote event={item.event} />;
+  }
+}
+
+function SandboxNote({ event }: { event: Extract<Item, { kind: "sandbox" }>["event"] }) {
+  const text =
+    event.kind === "sandbox_ready"
+      ? "A sandbox was started for this conversation."
+      : event.kind === "sandbox_replaced"
+        ? "The sandbox had stopped; a new one replaced it (files written before are gone)."
+        : event.kind === "commands_stopped"
+          ? "Commands left running by an interrupted turn were stopped."
+          : event.reason === "idle"
+            ? "The sandbox was deleted after being idle; the next step starts a new one."
+            : `The sandbox was deleted (${event.reason || "no reason given"}).`;
+  return (
+    <p class={`sandbox-event ${event.kind}`} title={event.sandboxId}>
+      {text}
+    </p>
+  );
+}
+
+// Markdown from the model, sanitised, with its code blocks highlighted.
+function Markdown({ text, class: className }: { text: string; class: string }) {
+  const element = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    if (element.current) highlightBlocks(element.current);
+  }, [text]);
+  return <div ref={element} class={`markdown ${className}`} dangerouslySetInnerHTML={{ __html: markdown(text) }} />;
+}

@@ -1,0 +1,105 @@
+// What the browser tests share: Debian's Chromium driven by playwright-core, a page that
+// records its own errors, screenshots under build/test-results/browser, and the test's
+// settings from the environment (the server's URL and tokens, set by tests/browser).
+import assert from "node:assert/strict";
+import { mkdir } from "node:fs/promises";
+import { resolve } from "node:path";
+import { chromium } from "playwright-core";
+
+export { assert };
+
+export const url = process.env.QUARRY_URL;
+export const results = process.env.QUARRY_RESULTS ?? resolve(import.meta.dirname, "../../build/test-results/browser");
+export const tokens = { alice: process.env.QUARRY_TOKEN_ALICE, bob: process.env.QUARRY_TOKEN_BOB };
+if (!url) throw new Error("QUARRY_URL is not set: tests/browser starts the server and sets it");
+
+// The system's Chromium, headless; it reaches nothing but the test's server.
+export async function launch() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+}
+
+// A page whose console errors and uncaught exceptions are kept (a CSP violation is an error).
+export async function open(browser, options = {}) {
+  const context = await browser.newContext({
+    viewport: options.viewport ?? { width: 1280, height: 900 },
+    acceptDownloads: true,
+  });
+  const page = await context.newPage();
+  page.problems = [];
+  page.on("console", (message) => {
+    if (message.type() === "error") page.problems.push(message.text());
+  });
+  page.on("pageerror", (error) => page.problems.push(String(error)));
+  page.setDefaultTimeout(options.timeout ?? 60_000);
+  return page;
+}
+
+// What a person sees: the window, scrolled to `element` (a locator) when one is given.
+export async function screenshot(page, name, element) {
+  await mkdir(results, { recursive: true });
+  if (element) await element.evaluate((node) => node.scrollIntoView({ block: "start" }));
+  await page.waitForTimeout(300);  // let charts and frames finish drawing
+  await page.screenshot({ path: resolve(results, `${name}.png`) });
+}
+
+// Signs in through the page, as a person would.
+export async function signIn(page, token) {
+  await page.goto(url);
+  await page.getByLabel("Token").fill(token);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("button", { name: "New conversation" }).first().waitFor();
+}
+
+export async function newConversation(page) {
+  await page.getByRole("button", { name: "New conversation" }).first().click();
+  await page.waitForURL(/#\/c\//);
+  return decodeURIComponent(new URL(page.url()).hash.split("/")[2]);
+}
+
+export async function ask(page, question) {
+  await page.getByLabel("Question").fill(question);
+  await page.getByRole("button", { name: "Send", exact: true }).click();
+}
+
+export async function runCell(page, kind, code, filename) {
+  await page.getByRole("tab", { name: "Cell" }).click();
+  await page.getByLabel("Kind").selectOption(kind);
+  if (filename) await page.getByLabel("File").fill(filename);
+  await page.getByLabel("Code").fill(code);
+  await page.getByRole("button", { name: "Run", exact: true }).click();
+}
+
+// The turn's list item, once it ended (completed, failed, cancelled or interrupted).
+export async function turnEnded(page, number) {
+  const turn = page.locator(`li.turn[data-turn="${number}"]`);
+  await turn.and(page.locator(":not(.turn-running)")).waitFor({ timeout: 120_000 });
+  return turn;
+}
+
+// Fails the test if the page logged errors (other than those `allowed` matches).
+export function noProblems(page, allowed = []) {
+  const problems = page.problems.filter((text) => !allowed.some((pattern) => pattern.test(text)));
+  assert.deepEqual(problems, [], "the page logged errors");
+}
+
+// Runs the test body with a browser, closing it whatever happens.
+export async function run(body) {
+  const browser = await launch();
+  try {
+    await body(browser);
+    console.log("ok");
+  } finally {
+    await browser.close();
+  }
+}
