@@ -154,7 +154,7 @@ export function LoadPage({ conversation }: { conversation?: string }) {
               {sorted.map((exec) => (
                 <tr key={exec.id} class={exec.oom || exec.timed_out ? "bad" : undefined}>
                   {columns.map((column) => (
-                    <td key={column.key}>
+                    <td key={column.key} class={typeof column.value(exec) === "number" ? "number" : undefined}>
                       {column.key === "tool" && exec.conversation_id ? (
                         <a href={`#/c/${exec.conversation_id}`}>{column.show(exec)}</a>
                       ) : (

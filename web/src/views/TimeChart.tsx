@@ -43,7 +43,12 @@ export function TimeChart({ title, execs, series }: { title: string; execs: Exec
       height: 220,
       scales,
       axes: [
-        {},
+        // Clock times, one line each (uPlot's default adds a date line whose labels collide).
+        {
+          space: 70,
+          values: (_chart: uPlot, splits: number[]) =>
+            splits.map((split) => new Date(split * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })),
+        },
         { scale: "y" },
         ...(secondScale ? [{ scale: secondScale, side: 1 as const, grid: { show: false } }] : []),
       ],
