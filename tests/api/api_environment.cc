@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 
@@ -20,9 +21,12 @@
 namespace quarry::testing {
 namespace {
 
+// The running test's name, usable in a file name (a parameterized test's has slashes).
 std::string test_name() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return info ? fmt::format("{}.{}", info->test_suite_name(), info->name()) : "setup";
+  std::string name = info ? fmt::format("{}.{}", info->test_suite_name(), info->name()) : "setup";
+  std::ranges::replace(name, '/', '-');
+  return name;
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// The web UI in a real browser: Debian's Chromium driven by playwright-core (web/tests/*.mjs)
-// against a real `quarry serve` with PostgreSQL and the demo data, sandboxes and the scripted
-// model. Each test starts the server it needs and runs one browser script; the script's
-// assertions decide, and its screenshots are in build/test-results/browser.
+// The web UI in real browsers: Debian's Chromium and Firefox ESR, driven by playwright-core
+// (web/tests/*.mjs), against a real `quarry serve` with PostgreSQL and the demo data, sandboxes
+// and the scripted model. Each test starts the server it needs and runs one browser script in
+// each browser; the script's assertions decide, and its screenshots are in
+// build/test-results/browser (Firefox's named firefox-*.png).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -14,7 +15,8 @@
 namespace quarry::testing {
 namespace {
 
-class BrowserTest : public ::testing::Test {
+// The browser is the test's parameter: "chromium" or "firefox".
+class BrowserTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() { ApiEnvironment::get().load_demo_data(); }
 
@@ -29,7 +31,8 @@ class BrowserTest : public ::testing::Test {
     ::setenv("QUARRY_RESULTS", results.c_str(), 1);
     ::setenv("QUARRY_TOKEN_ALICE", server.token("alice").c_str(), 1);
     ::setenv("QUARRY_TOKEN_BOB", server.token("bob").c_str(), 1);
-    const auto log = results / (script + ".log");
+    ::setenv("QUARRY_BROWSER", GetParam().c_str(), 1);
+    const auto log = results / (GetParam() + "-" + script + ".log");
     std::filesystem::remove(log);
     ChildProcess browser(
         {node->string(),
@@ -46,41 +49,44 @@ class BrowserTest : public ::testing::Test {
   }
 };
 
-TEST_F(BrowserTest, TheFirstCaseTypedIntoTheUi) {
+TEST_P(BrowserTest, TheFirstCaseTypedIntoTheUi) {
   QuarryServer server({.scenario = "peak_views"});
   browse(server, "peak_views.mjs");
 }
 
-TEST_F(BrowserTest, TheSecondCaseShowsTheOomAndTheLoadPage) {
+TEST_P(BrowserTest, TheSecondCaseShowsTheOomAndTheLoadPage) {
   QuarryServer server({.scenario = "sessions_oom"});
   browse(server, "sessions_oom.mjs");
 }
 
-TEST_F(BrowserTest, StopDuringARunningStep) {
+TEST_P(BrowserTest, StopDuringARunningStep) {
   QuarryServer server({.scenario = "long_command"});
   browse(server, "stop.mjs");
 }
 
-TEST_F(BrowserTest, AReloadMidTurnResumesTheStream) {
+TEST_P(BrowserTest, AReloadMidTurnResumesTheStream) {
   QuarryServer server({.scenario = "resume"});
   browse(server, "reload.mjs");
 }
 
-TEST_F(BrowserTest, NotebookModeWithoutAModel) {
+TEST_P(BrowserTest, NotebookModeWithoutAModel) {
   QuarryServer server({.model_config = "  base_url: https://models.invalid/v1\n"
                                        "  api_key_env: QUARRY_TEST_NO_SUCH_KEY\n"});
   browse(server, "notebook.mjs");
 }
 
-TEST_F(BrowserTest, HostileContentRunsNothingInThePage) {
+TEST_P(BrowserTest, HostileContentRunsNothingInThePage) {
   QuarryServer server({.scenario = "hostile", .tokens = true});
   browse(server, "hostile.mjs");
 }
 
-TEST_F(BrowserTest, SignInAndAnotherUsersConversationIsOutOfReach) {
+TEST_P(BrowserTest, SignInAndAnotherUsersConversationIsOutOfReach) {
   QuarryServer server({.tokens = true});
   browse(server, "access.mjs");
 }
+
+INSTANTIATE_TEST_SUITE_P(Browsers, BrowserTest, ::testing::Values("chromium", "firefox"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace quarry::testing

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { mkdir } from "node:fs/promises";
 import { resolve } from "node:path";
-import { chromium } from "playwright-core";
+import { chromium, firefox } from "playwright-core";
 
 export { assert };
 
@@ -13,8 +13,19 @@ export const results = process.env.QUARRY_RESULTS ?? resolve(import.meta.dirname
 export const tokens = { alice: process.env.QUARRY_TOKEN_ALICE, bob: process.env.QUARRY_TOKEN_BOB };
 if (!url) throw new Error("QUARRY_URL is not set: tests/browser starts the server and sets it");
 
-// The system's Chromium, headless; it reaches nothing but the test's server.
+// The browser the tests run in: QUARRY_BROWSER=chromium (Debian's, the default) or firefox
+// (Debian's firefox-esr, driven through WebDriver BiDi), headless; it reaches nothing but the
+// test's server.
+export const browserName = process.env.QUARRY_BROWSER ?? "chromium";
+
 export async function launch() {
+  if (browserName === "firefox") {
+    return firefox.launch({
+      channel: "moz-firefox",
+      executablePath: process.env.FIREFOX ?? "/usr/bin/firefox-esr",
+      firefoxUserPrefs: { "network.proxy.type": 0, "app.update.enabled": false },
+    });
+  }
   return chromium.launch({
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
     args: [
@@ -29,6 +40,13 @@ export async function launch() {
   });
 }
 
+// Before a screenshot in Firefox, Playwright adds and removes a <style> "body {}" to sync
+// animations; the page's CSP refuses it, as it should, and Firefox reports it (as a page error)
+// with that style's hash.
+function isPlaywrightsOwn(text) {
+  return browserName === "firefox" && text.includes("'sha256-YjaKGiklmzC6wjXA513HAMmzus8VE61XCOT+SmwNZWA='");
+}
+
 // A page whose console errors and uncaught exceptions are kept (a CSP violation is an error).
 export async function open(browser, options = {}) {
   const context = await browser.newContext({
@@ -37,10 +55,9 @@ export async function open(browser, options = {}) {
   });
   const page = await context.newPage();
   page.problems = [];
-  page.on("console", (message) => {
-    if (message.type() === "error") page.problems.push(message.text());
-  });
-  page.on("pageerror", (error) => page.problems.push(String(error)));
+  const problem = (text) => isPlaywrightsOwn(text) || page.problems.push(text);
+  page.on("console", (message) => message.type() === "error" && problem(message.text()));
+  page.on("pageerror", (error) => problem(String(error)));
   page.setDefaultTimeout(options.timeout ?? 60_000);
   return page;
 }
@@ -50,7 +67,8 @@ export async function screenshot(page, name, element) {
   await mkdir(results, { recursive: true });
   if (element) await element.evaluate((node) => node.scrollIntoView({ block: "start" }));
   await page.waitForTimeout(300);  // let charts and frames finish drawing
-  await page.screenshot({ path: resolve(results, `${name}.png`) });
+  const file = browserName === "chromium" ? name : `${browserName}-${name}`;
+  await page.screenshot({ path: resolve(results, `${file}.png`) });
 }
 
 // Signs in through the page, as a person would.
