@@ -36,22 +36,42 @@ std::string artifact_type(std::string_view path) {
 }
 
 ArtifactCollector::ArtifactCollector(std::string output_dir, std::filesystem::path store_dir,
-                                     uint64_t max_file_bytes)
-    : output_dir_(std::move(output_dir)),
-      store_dir_(std::move(store_dir)),
-      max_file_bytes_(max_file_bytes) {}
+                                     ArtifactLimits limits)
+    : output_dir_(std::move(output_dir)), store_dir_(std::move(store_dir)), limits_(limits) {}
 
 Result<OutputSnapshot> ArtifactCollector::snapshot(conversation::LazySandbox& sandbox) const {
   ASSIGN_OR_RETURN(auto files, sandbox.list_files(output_dir_));
   OutputSnapshot snapshot;
   for (const auto& file : files) {
     if (file.is_directory) continue;
-    snapshot[file.path] = {file.size, std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          file.modified_at.time_since_epoch())
-                                          .count()};
+    snapshot[file.path] = {.size = file.size,
+                           .modified_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              file.modified_at.time_since_epoch())
+                                              .count(),
+                           .allocated = file.allocated,
+                           .links = file.links};
   }
   return snapshot;
 }
+
+namespace {
+
+// Why a file is not worth copying, or "" when it is. A file with holes costs the sandbox its
+// allocated blocks and the host its whole length; a file with several names would be copied
+// once per name. Files written by the analysis libraries have neither.
+std::string not_worth_copying(const OutputFile& file) {
+  constexpr uint64_t kSlack = 64 * kKiB;  // blocks still being allocated, tails, small files
+  if (file.links > 1) {
+    return fmt::format("it has {} names (hard links); write the file itself, once", file.links);
+  }
+  if (file.size > file.allocated + kSlack) {
+    return fmt::format("it has holes ({} long, {} on disk); write it out in full",
+                       format_size(file.size), format_size(file.allocated));
+  }
+  return "";
+}
+
+}  // namespace
 
 Result<Collected> ArtifactCollector::collect(conversation::Turn& turn, const OutputSnapshot& before,
                                              conversation::HistoryStore& history) const {
@@ -59,22 +79,53 @@ Result<Collected> ArtifactCollector::collect(conversation::Turn& turn, const Out
   const std::string& conversation_id = turn.conversation_id();
   Collected collected;
   ASSIGN_OR_RETURN(collected.after, snapshot(sandbox));
-  for (const auto& [path, stamp] : collected.after) {
+  ASSIGN_OR_RETURN(auto kept, history.artifacts(conversation_id));
+  uint64_t conversation_bytes = 0;
+  for (const auto& artifact : kept)
+    conversation_bytes += artifact.size_bytes;
+  uint64_t step_bytes = 0;
+  for (const auto& [path, file] : collected.after) {
     auto previous = before.find(path);
-    if (previous != before.end() && previous->second == stamp) continue;  // unchanged
+    if (previous != before.end() && previous->second == file) continue;  // unchanged
     const std::string name = path.substr(output_dir_.size() + 1);
     const std::string type = artifact_type(path);
+    auto skip = [&](std::string_view why) {
+      collected.notes.push_back(fmt::format("{} was not collected: {}", path, why));
+    };
     if (type.empty()) {
-      collected.notes.push_back(fmt::format("{} was not collected: only {} files are", path,
-                                            fmt::join(kArtifactTypes, ", ")));
+      skip(fmt::format("only {} files are", fmt::join(kArtifactTypes, ", ")));
       continue;
     }
-    if (stamp.first > max_file_bytes_) {
-      collected.notes.push_back(fmt::format("{} ({}) was not collected: over the {} limit", path,
-                                            format_size(stamp.first),
-                                            format_size(max_file_bytes_)));
+    if (auto why = not_worth_copying(file); !why.empty()) {
+      skip(why);
       continue;
     }
+    if (file.size > limits_.max_file_bytes) {
+      skip(fmt::format("{} is over the {} limit per file", format_size(file.size),
+                       format_size(limits_.max_file_bytes)));
+      continue;
+    }
+    // What is left of each budget bounds the copy too, so a file that grows after the listing
+    // cannot take more.
+    const uint64_t step_left = limits_.max_step_bytes - step_bytes;
+    const uint64_t conversation_left = limits_.max_conversation_bytes > conversation_bytes
+                                           ? limits_.max_conversation_bytes - conversation_bytes
+                                           : 0;
+    if (file.size > conversation_left) {
+      skip(
+          fmt::format("this conversation's files reached its {} limit; start a new "
+                      "conversation for more",
+                      format_size(limits_.max_conversation_bytes)));
+      continue;
+    }
+    if (file.size > step_left) {
+      skip(
+          fmt::format("this step's files reached the {} limit per step; write fewer or "
+                      "smaller files",
+                      format_size(limits_.max_step_bytes)));
+      continue;
+    }
+    const uint64_t max_bytes = std::min({limits_.max_file_bytes, step_left, conversation_left});
     // Each step has a directory of its own, so two steps writing chart.png keep both.
     auto location = store_dir_ / conversation_id / std::to_string(turn.number()) /
                     step_directory(turn.step_call_id()) / name;
@@ -84,13 +135,12 @@ Result<Collected> ArtifactCollector::collect(conversation::Turn& turn, const Out
     temp += ".partial";
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
     if (!out) return errno_error("storing the artifact '{}'", temp.string());
-    auto copied = sandbox.read_file(path, out, max_file_bytes_);
+    auto copied = sandbox.read_file(path, out, max_bytes);
     out.close();
     if (!copied) {
       std::error_code ignored;
       std::filesystem::remove(temp, ignored);
-      collected.notes.push_back(
-          fmt::format("{} was not collected: {}", path, copied.error().message));
+      skip(copied.error().message);
       continue;
     }
     if (!out || ::rename(temp.c_str(), location.c_str()) != 0) {
@@ -99,12 +149,14 @@ Result<Collected> ArtifactCollector::collect(conversation::Turn& turn, const Out
       std::filesystem::remove(temp, ignored);
       return std::unexpected(error.error());
     }
+    step_bytes += *copied;
+    conversation_bytes += *copied;
     conversation::Artifact artifact;
     artifact.turn = turn.number();
     artifact.tool_call_id = turn.step_call_id();
     artifact.name = name;
     artifact.type = type;
-    artifact.size_bytes = stamp.first;
+    artifact.size_bytes = *copied;
     artifact.location = location.string();
     ASSIGN_OR_RETURN(artifact, history.record_artifact(conversation_id, std::move(artifact)));
     collected.artifacts.push_back(std::move(artifact));

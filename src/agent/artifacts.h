@@ -10,13 +10,21 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "conversation/conversation_manager.h"
 #include "conversation/history_store.h"
 
 namespace quarry::agent {
 
-// The output directory's files at one moment: path -> (size, mtime).
-using OutputSnapshot = std::map<std::string, std::pair<uint64_t, int64_t>>;
+// The output directory's files at one moment, by path.
+struct OutputFile {
+  uint64_t size = 0;
+  int64_t modified_ns = 0;
+  uint64_t allocated = 0;  // bytes on disk
+  uint64_t links = 1;
+  bool operator==(const OutputFile&) const = default;
+};
+using OutputSnapshot = std::map<std::string, OutputFile>;
 
 struct Collected {
   std::vector<conversation::Artifact> artifacts;
@@ -26,13 +34,14 @@ struct Collected {
 
 class ArtifactCollector {
  public:
-  ArtifactCollector(std::string output_dir, std::filesystem::path store_dir,
-                    uint64_t max_file_bytes);
+  ArtifactCollector(std::string output_dir, std::filesystem::path store_dir, ArtifactLimits limits);
 
   Result<OutputSnapshot> snapshot(conversation::LazySandbox& sandbox) const;
   // Copies files that are new or changed since `before`, of the collected types (png, svg,
-  // html, csv, parquet, json) and at most max_file_bytes each, and records them under the
-  // turn's current step.
+  // html, csv, parquet, json), within the limits (per file, per step, per conversation), and
+  // records them under the turn's current step. What the sandbox could write for free but the
+  // host would pay for in full is left out: a file with holes, a file with several names. Every
+  // file left out has a note saying why.
   Result<Collected> collect(conversation::Turn& turn, const OutputSnapshot& before,
                             conversation::HistoryStore& history) const;
 
@@ -41,7 +50,7 @@ class ArtifactCollector {
  private:
   std::string output_dir_;
   std::filesystem::path store_dir_;
-  uint64_t max_file_bytes_;
+  ArtifactLimits limits_;
 };
 
 // The file types collected from the output dir (and named so to the model).

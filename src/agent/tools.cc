@@ -12,9 +12,8 @@
 namespace quarry::agent {
 namespace {
 
-constexpr uint64_t kMaxFileContent = 1 << 20;     // write_file
-constexpr uint64_t kMaxArtifactBytes = 50 << 20;  // per collected file
-constexpr size_t kOutputShownChars = 6000;        // of stdout and of stderr, per run
+constexpr uint64_t kMaxFileContent = 1 << 20;  // write_file
+constexpr size_t kOutputShownChars = 6000;     // of stdout and of stderr, per run
 
 nlohmann::json string_property(std::string_view description) {
   return {{"type", "string"}, {"description", description}};
@@ -144,7 +143,7 @@ Toolbox::Toolbox(ToolEnvironment environment)
     : environment_(std::move(environment)),
       definitions_(make_definitions(environment_.config)),
       collector_(environment_.config.sandbox.output_dir, environment_.state_dir / "artifacts",
-                 kMaxArtifactBytes) {}
+                 environment_.config.sandbox.artifacts) {}
 
 ToolResult Toolbox::call(const ToolCall& call, conversation::Turn& turn, const ToolIo& io) {
   const auto started = std::chrono::steady_clock::now();
@@ -271,8 +270,12 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
   } else {
     script = arguments["path"];
   }
+  // An output directory too big to list does not stop the code (it may be what clears it);
+  // nothing is collected after it then, and the result says why.
   auto before = collector_.snapshot(sandbox);
-  if (!before) return failed(fmt::format("run_python: {}", before.error().message));
+  if (!before && before.error().code != ErrorCode::kResourceExhausted) {
+    return failed(fmt::format("run_python: {}", before.error().message));
+  }
 
   sandbox::ExecRequest request;
   request.argv = {"python", script};
@@ -310,7 +313,8 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
                            format_size(request.output_limit));
   }
 
-  auto collected = collector_.collect(turn, *before, environment_.history);
+  auto collected = before ? collector_.collect(turn, *before, environment_.history)
+                          : Result<Collected>(std::unexpected(before.error()));
   if (collected) {
     for (const auto& artifact : collected->artifacts) {
       content += fmt::format("\nSaved for the user: {}/{} ({}, {})",
@@ -330,7 +334,7 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
         std::string problem;
         if (found == collected->after.end()) {
           problem = "was not written";
-        } else if (found->second.first == 0) {
+        } else if (found->second.size == 0) {
           problem = "is empty";
         }
         if (!problem.empty()) {

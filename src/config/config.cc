@@ -117,12 +117,35 @@ Result<void> parse_network(const Walker& walk, const YAML::Node& node, std::stri
   return {};
 }
 
+Result<void> parse_artifact_limits(const Walker& walk, const YAML::Node& node,
+                                   ArtifactLimits& out) {
+  RETURN_IF_ERROR(
+      walk.check_map(node, "sandbox.artifacts", {"max_file", "max_step", "max_conversation"}));
+  if (node.IsNull()) return {};
+  const std::pair<const char*, uint64_t*> sizes[] = {
+      {"max_file", &out.max_file_bytes},
+      {"max_step", &out.max_step_bytes},
+      {"max_conversation", &out.max_conversation_bytes}};
+  for (const auto& [key, size] : sizes) {
+    if (auto value = node[key]) {
+      ASSIGN_OR_RETURN(*size, walk.size(value, fmt::format("sandbox.artifacts.{}", key)));
+    }
+  }
+  if (out.max_file_bytes > out.max_step_bytes || out.max_step_bytes > out.max_conversation_bytes) {
+    return walk.fail(node, "sandbox.artifacts",
+                     "needs max_file <= max_step <= max_conversation (now {}, {}, {})",
+                     format_size(out.max_file_bytes), format_size(out.max_step_bytes),
+                     format_size(out.max_conversation_bytes));
+  }
+  return {};
+}
+
 Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxConfig& out) {
   constexpr std::string_view kPath = "sandbox";
   RETURN_IF_ERROR(walk.check_map(
       node, kPath,
       {"provider", "packages", "data_dir", "output_dir", "export_max_rows", "resources",
-       "exec_timeout", "idle_timeout", "network", "output_limit", "local"}));
+       "exec_timeout", "idle_timeout", "network", "output_limit", "artifacts", "local"}));
   if (node.IsNull()) return {};
   if (auto value = node["provider"]) {
     ASSIGN_OR_RETURN(out.provider, walk.scalar(value, "sandbox.provider"));
@@ -171,6 +194,9 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
     if (out.output_limit_bytes < kKiB || out.output_limit_bytes > 256 * kMiB) {
       return walk.fail(value, "sandbox.output_limit", "must be between 1 KiB and 256 MiB");
     }
+  }
+  if (auto value = node["artifacts"]) {
+    RETURN_IF_ERROR(parse_artifact_limits(walk, value, out.artifacts));
   }
   if (auto value = node["local"]) {
     RETURN_IF_ERROR(walk.check_map(value, "sandbox.local", {"volume_size", "favordynmods"}));

@@ -35,6 +35,14 @@ struct LocalProviderConfig {
   bool favordynmods = true;
 };
 
+// What the files an analysis writes may cost the host's artifact store: the sandbox writes
+// them for free (a sparse or hard-linked file costs it nothing), the host pays for every copy.
+struct ArtifactLimits {
+  uint64_t max_file_bytes = 50 * kMiB;         // one collected file
+  uint64_t max_step_bytes = 200 * kMiB;        // everything collected after one command
+  uint64_t max_conversation_bytes = 2 * kGiB;  // everything one conversation keeps
+};
+
 struct SandboxConfig {
   std::string provider = "local";
   std::vector<std::string> packages = {"polars", "duckdb",     "pyarrow", "pandas",
@@ -47,6 +55,7 @@ struct SandboxConfig {
   Duration idle_timeout = std::chrono::minutes(15);
   NetworkPolicy network;
   uint64_t output_limit_bytes = kMiB;  // stdout and stderr kept per exec, each
+  ArtifactLimits artifacts;
   LocalProviderConfig local;
 };
 

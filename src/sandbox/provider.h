@@ -77,6 +77,10 @@ struct ExecResult {
 struct FileInfo {
   std::string path;  // inside the sandbox
   uint64_t size = 0;
+  // Bytes of disk the file holds: less than `size` when it has holes (sparse), which a copy
+  // would fill in. Equal to `size` where the provider cannot tell.
+  uint64_t allocated = 0;
+  uint64_t links = 1;  // names of the same file (hard links)
   bool is_directory = false;
   std::chrono::system_clock::time_point modified_at;
 };
@@ -101,7 +105,9 @@ class SandboxProvider {
   // Returns the number of bytes copied.
   virtual Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,
                                      uint64_t max_bytes) = 0;
-  // Lists `directory` recursively (files and directories, not following links).
+  // Lists `directory` recursively (files and directories, not following links), within bounds
+  // on entries, depth, path length and time that the provider sets; beyond them it fails with
+  // kResourceExhausted and says which bound was met.
   virtual Result<std::vector<FileInfo>> list_files(std::string_view id,
                                                    std::string_view directory) = 0;
 

@@ -3,6 +3,7 @@
 #include "sandbox/local/files.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -126,7 +127,7 @@ TEST_F(FakeSandboxRoot, ListsFilesAndDirectoriesButNotLinks) {
   std::filesystem::create_directories(root_ / "home/sandbox/outputs/tables");
   std::ofstream(root_ / "home/sandbox/outputs/tables/t.csv") << "a,b\n";
   std::filesystem::create_symlink("/etc", root_ / "home/sandbox/outputs/etc");
-  auto listed = files_->list("/home/sandbox/outputs", 100);
+  auto listed = files_->list("/home/sandbox/outputs");
   ASSERT_TRUE(listed) << listed.error().message;
   std::vector<std::string> paths;
   for (const auto& file : *listed)
@@ -136,7 +137,75 @@ TEST_F(FakeSandboxRoot, ListsFilesAndDirectoriesButNotLinks) {
                                              "/home/sandbox/outputs/tables/t.csv"}));
   EXPECT_EQ((*listed)[0].size, 3u);
   EXPECT_TRUE((*listed)[1].is_directory);
-  EXPECT_FALSE(files_->list("/home/sandbox/outputs/etc", 100));
+  EXPECT_FALSE(files_->list("/home/sandbox/outputs/etc"));
+}
+
+TEST_F(FakeSandboxRoot, ListingStopsAtEachBoundAndSaysWhich) {
+  const auto outputs = root_ / "home/sandbox/outputs";
+  auto deep = outputs;
+  for (int level = 0; level < 5; ++level)
+    deep /= std::string(40, 'd');
+  std::filesystem::create_directories(deep);
+  for (int i = 0; i < 20; ++i)
+    std::ofstream(outputs / fmt::format("f{}.csv", i)) << "x";
+
+  auto bounded = [&](ListLimits limits, const std::string& says) {
+    SCOPED_TRACE(says);
+    auto listed = files_->list("/home/sandbox/outputs", limits);
+    ASSERT_FALSE(listed);
+    EXPECT_EQ(listed.error().code, ErrorCode::kResourceExhausted);
+    EXPECT_NE(listed.error().message.find(says), std::string::npos) << listed.error().message;
+  };
+  bounded({.max_entries = 10}, "holds more than 10 entries");
+  bounded({.max_depth = 3}, "is more than 3 levels deep");
+  bounded({.max_path = 150}, "holds a path longer than 150 bytes");
+  bounded({.max_time = std::chrono::milliseconds(-1)}, "took longer than -1 ms");
+  auto listed = files_->list("/home/sandbox/outputs");
+  ASSERT_TRUE(listed) << listed.error().message;
+  EXPECT_EQ(listed->size(), 25u);
+}
+
+// One descriptor per directory waiting to be read would run out on a wide tree (EMFILE for
+// every other thread of the server); the walk holds a constant number.
+TEST_F(FakeSandboxRoot, AWideTreeIsListedWithAFewDescriptors) {
+  const auto outputs = root_ / "home/sandbox/outputs";
+  for (int i = 0; i < 300; ++i) {
+    std::filesystem::create_directories(outputs / fmt::format("d{}/e", i));
+    std::ofstream(outputs / fmt::format("d{}/e/t.csv", i)) << "x";
+  }
+  int open_now = 0;
+  for ([[maybe_unused]] const auto& fd : std::filesystem::directory_iterator("/proc/self/fd"))
+    ++open_now;
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const rlimit tight{static_cast<rlim_t>(open_now + 8), saved.rlim_max};
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  auto listed = files_->list("/home/sandbox/outputs");
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_TRUE(listed) << listed.error().message;
+  EXPECT_EQ(listed->size(), 900u);
+}
+
+TEST_F(FakeSandboxRoot, ListingTellsHolesAndHardLinks) {
+  const auto outputs = root_ / "home/sandbox/outputs";
+  {
+    std::ofstream sparse(outputs / "sparse.csv");
+    sparse.seekp(64 << 20);
+    sparse << "x";
+  }
+  std::ofstream(outputs / "whole.csv") << std::string(100000, 'x');
+  std::filesystem::create_hard_link(outputs / "whole.csv", outputs / "again.csv");
+  auto listed = files_->list("/home/sandbox/outputs");
+  ASSERT_TRUE(listed) << listed.error().message;
+  ASSERT_EQ(listed->size(), 3u);
+  const FileInfo& again = (*listed)[0];
+  const FileInfo& sparse = (*listed)[1];
+  const FileInfo& whole = (*listed)[2];
+  EXPECT_EQ(sparse.size, (64u << 20) + 1);
+  EXPECT_LT(sparse.allocated, 1u << 20);
+  EXPECT_GE(whole.allocated, whole.size);
+  EXPECT_EQ(whole.links, 2u);
+  EXPECT_EQ(again.links, 2u);
 }
 
 }  // namespace

@@ -9,8 +9,10 @@
 
 #include <filesystem>
 #include <istream>
+#include <memory>
 #include <ostream>
 
+#include "common/random_id.h"
 #include "sandbox/local/spawn.h"
 
 namespace quarry::sandbox::local {
@@ -104,20 +106,29 @@ Result<UniqueFd> SandboxFiles::walk_to(const std::string& directory, uid_t owner
     walked += "/" + name;
     int next = open_in(current.get(), name, O_PATH | O_DIRECTORY | O_CLOEXEC, 0,
                        RESOLVE_BENEATH | kSafeResolve);
+    bool made = false;
     if (next < 0 && errno == ENOENT) {
-      if (::mkdirat(current.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
+      made = ::mkdirat(current.get(), name.c_str(), 0755) == 0;
+      if (!made && errno != EEXIST) {
         if (errno == EDQUOT || errno == ENOSPC) {
           return make_error(ErrorCode::kResourceExhausted,
                             "creating '{}' failed: the sandbox's disk is full", walked);
         }
         return errno_error("creating directory '{}' in the sandbox", walked);
       }
-      ::fchownat(current.get(), name.c_str(), owner, group, AT_SYMLINK_NOFOLLOW);
-      next = open_in(current.get(), name, O_PATH | O_DIRECTORY | O_CLOEXEC, 0,
+      next = open_in(current.get(), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0,
                      RESOLVE_BENEATH | kSafeResolve);
     }
     if (next < 0) return resolve_error(walked);
     current.reset(next);
+    // Given to the user through the descriptor, never by name: the sandbox may have swapped
+    // the name for something else meanwhile. A directory host root did not just make (it would
+    // own it) is left as it is.
+    struct stat info {};
+    if (made && ::fstat(current.get(), &info) == 0 && info.st_uid == ::geteuid() &&
+        ::fchown(current.get(), owner, group) != 0) {
+      return errno_error("chown '{}'", walked);
+    }
   }
   return current;
 }
@@ -147,11 +158,17 @@ Result<void> SandboxFiles::write(const std::string& path, std::istream& content,
     }
   }
   // The content goes to a new file beside the target, renamed over it once complete: a
-  // failure (a full disk, a broken stream) leaves the old file as it was.
-  const std::string temp = fmt::format(".{}.quarry-{}", name, ::getpid());
-  UniqueFd file(open_in(directory.get(), temp,
-                        O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644,
-                        RESOLVE_BENEATH | kSafeResolve));
+  // failure (a full disk, a broken stream) leaves the old file as it was. Its name is random
+  // and it must not exist yet (O_EXCL), so nothing the sandbox plants can stand in for it.
+  std::string temp;
+  UniqueFd file;
+  for (int attempt = 0; attempt < 8 && !file; ++attempt) {
+    temp = fmt::format(".{}.quarry-{}", name.substr(0, 200), random_id());
+    file.reset(open_in(directory.get(), temp,
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644,
+                       RESOLVE_BENEATH | kSafeResolve));
+    if (!file && errno != EEXIST) break;
+  }
   if (!file) return resolve_error(path);
   auto discard = [&](std::unexpected<Error> error) {
     ::unlinkat(directory.get(), temp.c_str(), 0);
@@ -227,50 +244,69 @@ Result<uint64_t> SandboxFiles::read(const std::string& path, std::ostream& out,
 }
 
 Result<std::vector<FileInfo>> SandboxFiles::list(const std::string& directory,
-                                                 size_t max_entries) const {
-  UniqueFd top(open_in(root_.get(), relative(directory), O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0,
-                       RESOLVE_IN_ROOT | kSafeResolve));
-  if (!top) return resolve_error(directory);
+                                                 const ListLimits& limits) const {
+  const auto deadline = std::chrono::steady_clock::now() + limits.max_time;
+  auto exhausted = [&](std::string_view what) {
+    return make_error(ErrorCode::kResourceExhausted,
+                      "'{}' {}; quarry lists at most {} entries, {} levels deep, paths of {} "
+                      "bytes: remove what is not needed there",
+                      directory, what, limits.max_entries, limits.max_depth, limits.max_path);
+  };
   std::vector<FileInfo> entries;
-  // (fd, path) pairs still to read; depth first, bounded by max_entries.
-  std::vector<std::pair<UniqueFd, std::string>> pending;
-  pending.emplace_back(std::move(top), directory == "/" ? "" : directory);
+  // Directories still to read, by path and depth: each is opened when its turn comes (from
+  // the root, confined as every path is), so the walk holds one descriptor however wide the
+  // tree. A directory swapped for a link meanwhile is refused by openat2 and left out.
+  std::vector<std::pair<std::string, size_t>> pending = {{directory, 0}};
   while (!pending.empty()) {
-    auto [fd, prefix] = std::move(pending.back());
+    auto [path, depth] = std::move(pending.back());
     pending.pop_back();
-    DIR* stream = ::fdopendir(fd.release());
-    if (!stream) return errno_error("reading directory '{}'", prefix);
-    std::vector<std::pair<UniqueFd, std::string>> children;
+    const std::string inside = relative(path);
+    UniqueFd fd(open_in(root_.get(), inside.empty() ? "." : inside,
+                        O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE_IN_ROOT | kSafeResolve));
+    if (!fd) {
+      if (depth == 0) return resolve_error(directory);
+      continue;
+    }
+    DIR* stream = ::fdopendir(fd.get());
+    if (!stream) return errno_error("reading directory '{}'", path);
+    fd.release();
+    std::unique_ptr<DIR, int (*)(DIR*)> closer(stream, ::closedir);
+    const std::string prefix = path == "/" ? "" : path;
     while (dirent* entry = ::readdir(stream)) {
-      std::string name = entry->d_name;
+      std::string_view name = entry->d_name;
       if (name == "." || name == "..") continue;
+      if (std::chrono::steady_clock::now() > deadline) {
+        return exhausted(fmt::format("took longer than {} ms to list", limits.max_time.count()));
+      }
       struct stat info {};
-      if (::fstatat(::dirfd(stream), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (::fstatat(::dirfd(stream), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
       if (!S_ISREG(info.st_mode) && !S_ISDIR(info.st_mode)) continue;
-      if (entries.size() >= max_entries) {
-        ::closedir(stream);
-        return make_error(ErrorCode::kResourceExhausted,
-                          "'{}' holds more than {} entries; list a smaller directory", directory,
-                          max_entries);
+      if (entries.size() >= limits.max_entries) {
+        return exhausted(fmt::format("holds more than {} entries", limits.max_entries));
       }
       FileInfo file;
-      file.path = prefix + "/" + name;
-      file.size = S_ISREG(info.st_mode) ? static_cast<uint64_t>(info.st_size) : 0;
+      file.path = fmt::format("{}/{}", prefix, name);
+      if (file.path.size() > limits.max_path) {
+        return exhausted(fmt::format("holds a path longer than {} bytes", limits.max_path));
+      }
       file.is_directory = S_ISDIR(info.st_mode);
+      if (!file.is_directory) {
+        file.size = static_cast<uint64_t>(info.st_size);
+        file.allocated = static_cast<uint64_t>(info.st_blocks) * 512;
+        file.links = info.st_nlink;
+      }
       file.modified_at = std::chrono::system_clock::time_point(
           std::chrono::seconds(info.st_mtim.tv_sec) +
           std::chrono::duration_cast<std::chrono::system_clock::duration>(
               std::chrono::nanoseconds(info.st_mtim.tv_nsec)));
       if (file.is_directory) {
-        UniqueFd child(open_in(::dirfd(stream), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0,
-                               RESOLVE_BENEATH | kSafeResolve));
-        if (child) children.emplace_back(std::move(child), file.path);
+        if (depth + 1 > limits.max_depth) {
+          return exhausted(fmt::format("is more than {} levels deep", limits.max_depth));
+        }
+        pending.emplace_back(file.path, depth + 1);
       }
       entries.push_back(std::move(file));
     }
-    ::closedir(stream);
-    for (auto& child : children)
-      pending.push_back(std::move(child));
   }
   std::sort(entries.begin(), entries.end(),
             [](const FileInfo& a, const FileInfo& b) { return a.path < b.path; });

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <iosfwd>
 #include <string>
@@ -17,6 +18,14 @@
 #include "sandbox/provider.h"
 
 namespace quarry::sandbox::local {
+
+// Bounds on listing a directory tree that a sandbox controls.
+struct ListLimits {
+  size_t max_entries = 10000;  // files and directories
+  size_t max_depth = 32;       // directory levels below the one listed
+  size_t max_path = 1024;      // bytes of a listed path
+  std::chrono::milliseconds max_time{5000};
+};
 
 // Makes `path` absolute (relative paths are taken from `home`) and normal; refuses '..', empty
 // or overlong paths and NUL bytes, with a message that says what was wrong.
@@ -35,9 +44,12 @@ class SandboxFiles {
   // mkdir -p; new directories belong to owner:group.
   Result<void> make_directories(const std::string& path, uid_t owner, gid_t group) const;
   Result<uint64_t> read(const std::string& path, std::ostream& out, uint64_t max_bytes) const;
-  // Regular files and directories below `directory`, depth first; symlinks and special files
-  // are left out.
-  Result<std::vector<FileInfo>> list(const std::string& directory, size_t max_entries) const;
+  // Regular files and directories below `directory`, sorted by path; symlinks and special
+  // files are left out. The sandbox decides what is there, so the walk is bounded (a deep chain
+  // of long names, a wide tree, a directory that keeps growing): past a bound it fails with
+  // kResourceExhausted naming it. At most two descriptors are open at any time.
+  Result<std::vector<FileInfo>> list(const std::string& directory,
+                                     const ListLimits& limits = {}) const;
 
  private:
   explicit SandboxFiles(UniqueFd root) : root_(std::move(root)) {}

@@ -34,7 +34,6 @@ CgroupLimits cgroup_limits(const ResourceLimits& resources) {
 }
 
 constexpr auto kSetupTimeout = std::chrono::seconds(10);
-constexpr uint64_t kMaxListedFiles = 10000;
 
 double milliseconds_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -528,7 +527,7 @@ Result<std::vector<FileInfo>> LocalProvider::list_files(std::string_view id,
                    normalize_sandbox_path(directory, fmt::format("/home/{}", kSandboxUserName)));
   ASSIGN_OR_RETURN(auto sandbox, running(id));
   ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
-  return files.list(normal, kMaxListedFiles);
+  return files.list(normal);
 }
 
 Result<void> LocalProvider::destroy(std::string_view id) {

@@ -21,7 +21,7 @@ Result<UniqueFd> contain(const protocol::Setup& setup, int channel) {
   RETURN_IF_ERROR(init::set_hostname(setup.hostname));
   RETURN_IF_ERROR(init::bring_up_loopback());
   RETURN_IF_ERROR(init::pivot_into_root(setup.root_dir));
-  RETURN_IF_ERROR(init::enter_user_namespace(channel));
+  RETURN_IF_ERROR(init::enter_user_namespace(setup, channel));
   RETURN_IF_ERROR(init::drop_privileges());
   RETURN_IF_ERROR(init::load_seccomp_filter(setup.seccomp_filter));
   return listener;

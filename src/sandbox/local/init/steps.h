@@ -27,8 +27,10 @@ Result<void> bring_up_loopback();
 Result<void> set_hostname(const std::string& hostname);
 
 // user.cc: a user namespace, created last so that every mount and namespace above stays owned
-// by the host and cannot be changed from inside. The host writes the id maps while we wait.
-Result<void> enter_user_namespace(int setup_channel);
+// by the host and cannot be changed from inside; made by the sandbox's host root id, so what it
+// uses is charged there, with inotify, fanotify and nested user namespaces limited to zero
+// inside. The host writes the id maps while we wait.
+Result<void> enter_user_namespace(const protocol::Setup& setup, int setup_channel);
 
 // caps.cc: keeps only what init needs to start commands as the sandbox user (setuid, setgid,
 // kill), drops the rest and the bounding set, sets no_new_privs and makes init undumpable.

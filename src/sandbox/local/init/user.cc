@@ -1,13 +1,49 @@
 // The sandbox's user namespace: root inside is an unprivileged id range outside.
+#include <fcntl.h>
 #include <grp.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <string_view>
+
+#include "common/unique_fd.h"
 #include "sandbox/local/init/steps.h"
 
 namespace quarry::sandbox::local::init {
+namespace {
 
-Result<void> enter_user_namespace(int setup_channel) {
+// Per-user-namespace limits (/proc/sys/user) that matter to the host. The kernel charges what
+// a namespace's users make against that namespace's limits and then against its owner's in the
+// parent, the host: so the namespace is made by the sandbox's own host uid, not host root (whose
+// inotify instances a sandbox could otherwise use up), and these are zero inside. Analysis code
+// needs none of them; a nested user namespace is refused as bubblewrap's --disable-userns does.
+constexpr std::string_view kZeroLimits[] = {
+    "max_inotify_instances", "max_inotify_watches", "max_fanotify_groups",
+    "max_fanotify_marks",    "max_user_namespaces",
+};
+
+Result<void> write_limit(std::string_view name, std::string_view value) {
+  const std::string path = fmt::format("/proc/sys/user/{}", name);
+  UniqueFd file(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  // A kernel built without inotify or fanotify has no such limit to set.
+  if (!file && errno == ENOENT) return {};
+  if (!file) return errno_error("open('{}')", path);
+  if (::write(file.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
+    return errno_error("write('{}', {})", path, value);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> enter_user_namespace(const protocol::Setup& setup, int setup_channel) {
+  // The namespace's owner is whoever makes it: the sandbox's root id on the host.
+  if (::setresgid(setup.host_id_base, setup.host_id_base, setup.host_id_base) != 0) {
+    return errno_error("setresgid({})", setup.host_id_base);
+  }
+  if (::setresuid(setup.host_id_base, setup.host_id_base, setup.host_id_base) != 0) {
+    return errno_error("setresuid({})", setup.host_id_base);
+  }
   if (::unshare(CLONE_NEWUSER) != 0) return errno_error("unshare(CLONE_NEWUSER)");
   // Only a process in the parent namespace may write a map that is not just our own id.
   RETURN_IF_ERROR(protocol::send(setup_channel, {{"type", "userns"}}));
@@ -19,6 +55,8 @@ Result<void> enter_user_namespace(int setup_channel) {
   if (::setresgid(0, 0, 0) != 0) return errno_error("setresgid(0)");
   if (::setresuid(0, 0, 0) != 0) return errno_error("setresuid(0)");
   if (::setgroups(0, nullptr) != 0) return errno_error("setgroups([])");
+  for (std::string_view name : kZeroLimits)
+    RETURN_IF_ERROR(write_limit(name, "0"));
   return {};
 }
 

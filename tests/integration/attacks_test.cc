@@ -1,0 +1,249 @@
+// Attacks tried from inside a sandbox, as model code would try them, each against a real
+// sandbox and the real host-side code it aims at. One test per attack; each says what it tries
+// and what the host must still have afterwards. Add new ones here.
+#include <gtest/gtest.h>
+#include <sys/inotify.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "agent/artifacts.h"
+#include "common/file_util.h"
+#include "common/units.h"
+#include "conversation/conversation_manager.h"
+#include "conversation/sqlite_history_store.h"
+#include "sandbox_environment.h"
+
+namespace quarry::testing {
+namespace {
+
+// The host's own resources that an attack must leave as they were.
+int open_descriptors() {
+  int count = 0;
+  for ([[maybe_unused]] const auto& fd : std::filesystem::directory_iterator("/proc/self/fd"))
+    ++count;
+  return count;
+}
+
+uint64_t bytes_on_disk(const std::filesystem::path& directory) {
+  uint64_t total = 0;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(directory, error)) {
+    struct stat info {};
+    if (::lstat(entry.path().c_str(), &info) == 0)
+      total += static_cast<uint64_t>(info.st_blocks) * 512;
+  }
+  return total;
+}
+
+// A conversation whose turns run in real sandboxes, as the agent's tools use them.
+class AttackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto& environment = SandboxEnvironment::get();
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = environment.state_dir() / "attacks" / name;
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    auto store = conversation::SqliteHistoryStore::open(dir_ / "history.db", clock_);
+    ASSERT_TRUE(store) << store.error().message;
+    history_ = std::move(*store);
+    conversation::ManagerOptions options;
+    options.instance_id = fmt::format("attack-{}", ::getpid());
+    options.spec.resources = environment.config().sandbox.resources;
+    options.prepare.directories = {environment.config().sandbox.data_dir,
+                                   environment.config().sandbox.output_dir};
+    manager_ = std::make_unique<conversation::ConversationManager>(environment.provider(),
+                                                                   *history_, clock_, options);
+    conversation_ = history_->create_conversation(name)->id;
+  }
+  void TearDown() override {
+    if (manager_) (void)manager_->shutdown();
+  }
+
+  std::unique_ptr<conversation::Turn> turn() {
+    auto turn = manager_->begin_turn(conversation_);
+    EXPECT_TRUE(turn) << turn.error().message;
+    return turn ? std::move(*turn) : nullptr;
+  }
+
+  // Runs a shell script in the turn's sandbox, as the sandbox user.
+  static void sh(conversation::Turn& turn, const std::string& script) {
+    sandbox::ExecRequest request;
+    request.argv = {"sh", "-c", script};
+    auto run = turn.sandbox().execute(request);
+    ASSERT_TRUE(run) << run.error().message;
+    EXPECT_EQ(run->result.exit_code, 0) << run->result.stderr_text;
+  }
+
+  std::string outputs() const { return SandboxEnvironment::get().config().sandbox.output_dir; }
+
+  ManualClock clock_;
+  std::filesystem::path dir_;
+  std::unique_ptr<conversation::SqliteHistoryStore> history_;
+  std::unique_ptr<conversation::ConversationManager> manager_;
+  std::string conversation_;
+};
+
+std::string notes_of(const agent::Collected& collected) {
+  return fmt::format("{}", fmt::join(collected.notes, "\n"));
+}
+
+// Sparse files and hard links cost the sandbox almost nothing against its disk quota; copied
+// out by their length and once per name they made the host store gigabytes after one step.
+TEST_F(AttackTest, SparseFilesAndHardLinksAreNotCopiedToTheHost) {
+  auto step = turn();
+  ASSERT_TRUE(step);
+  const auto store = dir_ / "artifacts";
+  agent::ArtifactCollector collector(outputs(), store, ArtifactLimits{});
+  auto before = collector.snapshot(step->sandbox());
+  ASSERT_TRUE(before) << before.error().message;
+  step->set_step("call_flood", "run_python");
+  sh(*step, fmt::format("cd {} && for i in $(seq 1 40); do truncate -s 45M sparse$i.csv; done && "
+                        "head -c 10485760 /dev/zero > big.parquet && "
+                        "for i in $(seq 1 40); do ln big.parquet copy$i.parquet; done && "
+                        "echo 'a,b' > small.csv",
+                        outputs()));
+  auto collected = collector.collect(*step, *before, *history_);
+  ASSERT_TRUE(collected) << collected.error().message;
+  ASSERT_EQ(collected->artifacts.size(), 1u) << notes_of(*collected);
+  EXPECT_EQ(collected->artifacts[0].name, "small.csv");
+  const std::string notes = notes_of(*collected);
+  EXPECT_NE(notes.find("sparse7.csv was not collected: it has holes (45 MiB long"),
+            std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find("copy3.parquet was not collected: it has 41 names (hard links)"),
+            std::string::npos)
+      << notes;
+  EXPECT_LT(bytes_on_disk(store), 1 * kMiB);
+}
+
+// Files that are what they say still fill the host without a bound: each step and each
+// conversation has its budget, and the model is told what was left out.
+TEST_F(AttackTest, ArtifactsStopAtTheStepAndConversationBudgets) {
+  const auto store = dir_ / "artifacts";
+  agent::ArtifactCollector collector(outputs(), store,
+                                     ArtifactLimits{.max_file_bytes = 2 * kMiB,
+                                                    .max_step_bytes = 3 * kMiB,
+                                                    .max_conversation_bytes = 5 * kMiB});
+  std::string notes;
+  for (int number = 1; number <= 2; ++number) {
+    auto step = turn();
+    ASSERT_TRUE(step);
+    auto before = collector.snapshot(step->sandbox());
+    ASSERT_TRUE(before) << before.error().message;
+    step->set_step(fmt::format("call_{}", number), "run_python");
+    sh(*step, fmt::format("cd {} && for i in 1 2 3 4 5; do head -c 1048576 /dev/urandom > "
+                          "t{}_$i.csv; done && head -c 3145728 /dev/urandom > t{}_big.csv",
+                          outputs(), number, number));
+    auto collected = collector.collect(*step, *before, *history_);
+    ASSERT_TRUE(collected) << collected.error().message;
+    EXPECT_EQ(collected->artifacts.size(), number == 1 ? 3u : 2u) << notes_of(*collected);
+    notes += notes_of(*collected) + "\n";
+  }
+  EXPECT_NE(notes.find("t1_big.csv was not collected: 3 MiB is over the 2 MiB limit per file"),
+            std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find("t1_4.csv was not collected: this step's files reached the 3 MiB limit"),
+            std::string::npos)
+      << notes;
+  EXPECT_NE(notes.find("t2_3.csv was not collected: this conversation's files reached its "
+                       "5 MiB limit"),
+            std::string::npos)
+      << notes;
+  EXPECT_LE(bytes_on_disk(store), 5 * kMiB + 64 * kKiB);
+}
+
+// A deep chain of long directory names, and a wide tree: listing the output directory held
+// gigabytes of path strings, or one descriptor per directory (EMFILE for the whole server).
+TEST_F(AttackTest, ListingADeepOrWideTreeIsBoundedInMemoryAndDescriptors) {
+  auto step = turn();
+  ASSERT_TRUE(step);
+  step->set_step("call_tree", "run_python");
+  sh(*step, fmt::format("cd {} && mkdir wide deep && cd wide && "
+                        "for i in $(seq 1 2000); do mkdir d$i; done && cd ../deep && "
+                        "python -c 'import os\nfor _ in range(60): "
+                        "os.mkdir(250 * \"0\"); os.chdir(250 * \"0\")'",
+                        outputs()));
+  const int descriptors = open_descriptors();
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // A few more than the host holds now: one per directory of the wide tree would not fit.
+  const rlimit tight{static_cast<rlim_t>(descriptors + 16), saved.rlim_max};
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  auto deep = step->sandbox().list_files(outputs() + "/deep");
+  auto wide = step->sandbox().list_files(outputs() + "/wide");
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_FALSE(deep);
+  EXPECT_EQ(deep.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(deep.error().message.find("holds a path longer than 1024 bytes"), std::string::npos)
+      << deep.error().message;
+  ASSERT_TRUE(wide) << wide.error().message;
+  EXPECT_EQ(wide->size(), 2000u);
+  EXPECT_EQ(open_descriptors(), descriptors);
+}
+
+// inotify instances made inside were charged to host root (the user namespace's maker), so a
+// sandbox that opened 128 made host root's next inotify_init fail. Inside the limit is zero;
+// the host's is untouched.
+TEST(Attack, InotifyExhaustionInsideLeavesTheHostsAlone) {
+  ScopedSandbox sandbox;
+  auto result = python(sandbox.id(), R"(
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+made, errors = 0, set()
+for _ in range(1000):
+    if libc.inotify_init1(0) >= 0:
+        made += 1
+    else:
+        errors.add(os.strerror(ctypes.get_errno()))
+print(made, sorted(errors))
+for name in ["max_inotify_instances", "max_fanotify_groups", "max_user_namespaces"]:
+    print(name, open("/proc/sys/user/" + name).read().strip())
+)");
+  ASSERT_TRUE(result) << result.error().message;
+  EXPECT_EQ(result->stdout_text,
+            "0 ['Too many open files']\nmax_inotify_instances 0\nmax_fanotify_groups 0\n"
+            "max_user_namespaces 0\n")
+      << result->stderr_text;
+  // Host root (this test) can still make as many as its limit allows.
+  std::vector<int> mine;
+  for (int i = 0; i < 64; ++i) {
+    int fd = ::inotify_init1(IN_CLOEXEC);
+    ASSERT_GE(fd, 0) << "host root's inotify_init failed after " << i << ": "
+                     << std::strerror(errno);
+    mine.push_back(fd);
+  }
+  for (int fd : mine)
+    ::close(fd);
+}
+
+// The host wrote into a sandbox through a temporary file whose name the sandbox could guess
+// (the host pid shows in /proc/self/cgroup): a symlink or FIFO planted there broke the write.
+TEST(Attack, APlantedTemporaryNameDoesNotBreakAWrite) {
+  ScopedSandbox sandbox;
+  auto& provider = SandboxEnvironment::get().provider();
+  const std::string data = SandboxEnvironment::get().config().sandbox.data_dir;
+  auto planted = run(sandbox.id(), {"sh", "-c",
+                                    fmt::format("cd {0} && for pid in {1} $(seq 1 400); do "
+                                                "ln -s /etc/passwd .export.parquet.quarry-$pid; "
+                                                "mkfifo .other.csv.quarry-$pid; done",
+                                                data, ::getpid())});
+  ASSERT_TRUE(planted) << planted.error().message;
+  ASSERT_EQ(planted->exit_code, 0) << planted->stderr_text;
+  for (const char* name : {"export.parquet", "other.csv"}) {
+    std::istringstream content("PAR1 the export");
+    auto written = provider.write_file(sandbox.id(), fmt::format("{}/{}", data, name), content);
+    ASSERT_TRUE(written) << name << ": " << written.error().message;
+    auto check = run(sandbox.id(), {"cat", fmt::format("{}/{}", data, name)});
+    ASSERT_TRUE(check);
+    EXPECT_EQ(check->stdout_text, "PAR1 the export");
+  }
+}
+
+}  // namespace
+}  // namespace quarry::testing
