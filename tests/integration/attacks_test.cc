@@ -245,5 +245,51 @@ TEST(Attack, APlantedTemporaryNameDoesNotBreakAWrite) {
   }
 }
 
+// /proc told the sandbox where the host keeps its state and cache (the overlay's layers in
+// mountinfo, the control socket in /proc/net/unix), and showed what Docker masks (kernel
+// memory, keys, timers, scheduler internals).
+TEST(Attack, NoHostPathIsVisibleInProc) {
+  ScopedSandbox sandbox;
+  auto& environment = SandboxEnvironment::get();
+  auto result = run(sandbox.id(), {"sh", "-c",
+                                   "cat /proc/self/mountinfo /proc/net/unix /proc/self/cgroup "
+                                   "/proc/mounts /proc/self/mountstats 2>&1"});
+  ASSERT_TRUE(result) << result.error().message;
+  const std::string& seen = result->stdout_text;
+  EXPECT_NE(seen.find("lowerdir=lower,upperdir=upper,workdir=work"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("control.sock"), std::string::npos) << seen;
+  for (const auto& host : {environment.state_dir().string(), environment.cache_dir().string()}) {
+    EXPECT_EQ(seen.find(host), std::string::npos) << host << " shows in:\n" << seen;
+  }
+  auto masked = python(sandbox.id(), R"(
+import os
+for name in ["kcore", "keys", "timer_list", "sched_debug", "latency_stats", "acpi", "scsi"]:
+    path = "/proc/" + name
+    if not os.path.exists(path):
+        continue
+    if os.path.isdir(path):
+        print(name, os.listdir(path))
+    else:
+        try:
+            print(name, len(open(path, "rb").read(4096)))
+        except OSError as error:
+            print(name, error.strerror)
+if os.path.exists("/proc/sysrq-trigger"):
+    try:
+        open("/proc/sysrq-trigger", "w").write("h")
+    except OSError as error:
+        print("sysrq-trigger", error.strerror)
+)");
+  ASSERT_TRUE(masked) << masked.error().message;
+  EXPECT_EQ(masked->stderr_text, "");
+  std::istringstream lines(masked->stdout_text);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(line.ends_with(" 0") || line.ends_with(" []") ||
+                line.ends_with("Read-only file system") || line.ends_with("Permission denied"))
+        << line;
+  }
+  EXPECT_NE(masked->stdout_text.find("timer_list 0"), std::string::npos) << masked->stdout_text;
+}
+
 }  // namespace
 }  // namespace quarry::testing

@@ -113,20 +113,70 @@ Result<void> mount_cgroups(const std::string& root, const protocol::Setup& setup
                   MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
 }
 
+// The overlay's options show in /proc/self/mountinfo inside, so its layers are named by links
+// in a directory beside the root ("lower", "upper", "work"), which the mount is made from: no
+// host path appears in them.
+Result<void> mount_overlay(const protocol::Setup& setup) {
+  const std::string layers = std::filesystem::path(setup.root_dir).parent_path() / "layers";
+  RETURN_IF_ERROR(make_dir(layers, 0700));
+  const std::pair<const std::string*, const char*> links[] = {
+      {&setup.lower_dir, "lower"}, {&setup.upper_dir, "upper"}, {&setup.work_dir, "work"}};
+  for (const auto& [target, name] : links) {
+    const std::string link = layers + "/" + name;
+    ::unlink(link.c_str());
+    if (::symlink(target->c_str(), link.c_str()) != 0) return errno_error("symlink('{}')", link);
+  }
+  if (::chdir(layers.c_str()) != 0) return errno_error("chdir('{}')", layers);
+  // volatile: the writable layer is thrown away with the sandbox, so skip syncing it.
+  return mount_fs("overlay", setup.root_dir, "overlay", MS_NOSUID | MS_NODEV,
+                  "lowerdir=lower,upperdir=upper,workdir=work,volatile");
+}
+
+// What Docker's default profile masks in /proc: kernel memory, keys, timer and scheduler
+// internals (files, covered by /dev/null) and hardware lists (directories, covered by an empty
+// read-only tmpfs); and what it makes read-only. /proc/sys stays writable for init, which sets
+// its namespace's limits there later; the sandbox user has no capability to write a sysctl.
+constexpr const char* kMaskedInProc[] = {"kcore",      "keys",        "latency_stats",
+                                         "timer_list", "timer_stats", "sched_debug",
+                                         "acpi",       "asound",      "scsi"};
+constexpr const char* kReadOnlyInProc[] = {"bus", "fs", "irq", "sysrq-trigger"};
+
+Result<void> mask_proc(const std::string& root) {
+  const std::string proc = root + "/proc/";
+  for (const char* name : kMaskedInProc) {
+    struct stat info {};
+    const std::string path = proc + name;
+    if (::lstat(path.c_str(), &info) != 0) continue;  // not in this kernel
+    if (S_ISDIR(info.st_mode)) {
+      RETURN_IF_ERROR(mount_fs("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                               "size=4k,nr_inodes=2,mode=0555"));
+    } else {
+      RETURN_IF_ERROR(mount_fs((root + "/dev/null").c_str(), path, nullptr, MS_BIND, ""));
+    }
+  }
+  for (const char* name : kReadOnlyInProc) {
+    const std::string path = proc + name;
+    if (::access(path.c_str(), F_OK) != 0) continue;
+    RETURN_IF_ERROR(mount_fs(path.c_str(), path, nullptr, MS_BIND | MS_REC, ""));
+    RETURN_IF_ERROR(mount_fs(nullptr, path, nullptr,
+                             MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                             ""));
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<void> mount_root_filesystem(const protocol::Setup& setup) {
   // Nothing mounted below may propagate back to the host's mount namespace.
   RETURN_IF_ERROR(mount_fs(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, ""));
-  // volatile: the writable layer is thrown away with the sandbox, so skip syncing it.
-  RETURN_IF_ERROR(mount_fs("overlay", setup.root_dir, "overlay", MS_NOSUID | MS_NODEV,
-                           fmt::format("lowerdir={},upperdir={},workdir={},volatile",
-                                       setup.lower_dir, setup.upper_dir, setup.work_dir)));
+  RETURN_IF_ERROR(mount_overlay(setup));
   const std::string& root = setup.root_dir;
   RETURN_IF_ERROR(make_dir(root + "/proc", 0555));
   RETURN_IF_ERROR(mount_fs("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, ""));
   RETURN_IF_ERROR(make_dir(root + "/dev", 0755));
   RETURN_IF_ERROR(make_dev(root + "/dev", setup.host_id_base));
+  RETURN_IF_ERROR(mask_proc(root));
   RETURN_IF_ERROR(mount_cgroups(root, setup));
   RETURN_IF_ERROR(make_dir(root + "/tmp", 01777));
   if (::chmod((root + "/tmp").c_str(), 01777) != 0) return errno_error("chmod('{}/tmp')", root);

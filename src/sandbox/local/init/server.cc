@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <unordered_map>
 
 #include "sandbox/local/init/steps.h"
@@ -222,20 +223,26 @@ class Server {
 }  // namespace
 
 Result<UniqueFd> listen_for_host(const std::string& socket_path) {
+  // Bound by its name from its directory: /proc/net/unix inside shows the name it was bound
+  // with, and that must not be a host path.
+  const std::filesystem::path path(socket_path);
+  const std::string name = path.filename().string();
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof address.sun_path) {
-    return make_error(ErrorCode::kInvalidArgument, "control socket path '{}' is too long",
-                      socket_path);
+  if (name.size() >= sizeof address.sun_path) {
+    return make_error(ErrorCode::kInvalidArgument, "control socket name '{}' is too long", name);
   }
-  std::memcpy(address.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  std::memcpy(address.sun_path, name.c_str(), name.size() + 1);
+  if (::chdir(path.parent_path().c_str()) != 0) {
+    return errno_error("chdir('{}')", path.parent_path().string());
+  }
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!listener) return errno_error("socket(AF_UNIX)");
-  ::unlink(socket_path.c_str());
+  ::unlink(name.c_str());
   if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
     return errno_error("bind('{}')", socket_path);
   }
-  if (::chmod(socket_path.c_str(), 0600) != 0) return errno_error("chmod('{}')", socket_path);
+  if (::chmod(name.c_str(), 0600) != 0) return errno_error("chmod('{}')", socket_path);
   if (::listen(listener.get(), 64) != 0) return errno_error("listen('{}')", socket_path);
   return listener;
 }
