@@ -291,5 +291,48 @@ if os.path.exists("/proc/sysrq-trigger"):
   EXPECT_NE(masked->stdout_text.find("timer_list 0"), std::string::npos) << masked->stdout_text;
 }
 
+// The seccomp filter was a denylist: AF_VSOCK opened (a hypervisor's services on a VM) and
+// syscalls it did not name went through. Now an allowlist; the i386 (int 0x80) and x32 entry
+// points, whose numbers mean other calls, kill the process.
+TEST(Attack, OtherSocketFamiliesAndForeignSyscallEntriesAreRefused) {
+  ScopedSandbox sandbox;
+  auto result = python(sandbox.id(), R"(
+import socket, subprocess, sys
+for name in ["AF_VSOCK", "AF_PACKET", "AF_ALG", "AF_BLUETOOTH", "AF_CAN", "AF_TIPC"]:
+    family = getattr(socket, name, None)
+    if family is None:
+        continue
+    try:
+        socket.socket(family, socket.SOCK_STREAM if name != "AF_PACKET" else socket.SOCK_RAW)
+        print(name, "opened")
+    except OSError as error:
+        print(name, error.strerror)
+socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+print("inet and unix open")
+# Machine code run in a child: getpid through the i386 entry (int 0x80) and the x32 one.
+program = """
+import ctypes, mmap, sys
+code = bytes.fromhex(sys.argv[1])
+memory = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+memory.write(code)
+address = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+print(ctypes.CFUNCTYPE(ctypes.c_long)(address)())
+"""
+for name, code in [("i386", "b814000000cd80c3"), ("x32", "b8270000400f05c3")]:
+    child = subprocess.run([sys.executable, "-c", program, code], capture_output=True, text=True)
+    print(name, child.returncode, child.stdout.strip())
+)");
+  ASSERT_TRUE(result) << result.error().message;
+  EXPECT_EQ(result->stderr_text, "");
+  const std::string& seen = result->stdout_text;
+  EXPECT_NE(seen.find("AF_VSOCK Address family not supported by protocol"), std::string::npos)
+      << seen;
+  EXPECT_EQ(seen.find("opened"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("inet and unix open"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("i386 -31 \n"), std::string::npos) << seen;  // SIGSYS
+  EXPECT_NE(seen.find("x32 -31 \n"), std::string::npos) << seen;
+}
+
 }  // namespace
 }  // namespace quarry::testing

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <linux/vm_sockets.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,6 +61,22 @@ TEST(SeccompFilter, RefusesWhatAnalysisNeverNeeds) {
        [] { return ::syscall(SYS_clone, CLONE_NEWNET | SIGCHLD, nullptr, nullptr, nullptr, 0); },
        EPERM},
       {"clone3", [] { return ::syscall(SYS_clone3, nullptr, 0); }, ENOSYS},
+      // Socket families beyond unix, inet, inet6 and netlink: AF_VSOCK reaches a hypervisor's
+      // services, rare families load kernel modules.
+      {"socket(AF_VSOCK)", [] { return long{::socket(AF_VSOCK, SOCK_STREAM, 0)}; }, EAFNOSUPPORT},
+      {"socket(AF_PACKET)", [] { return long{::socket(AF_PACKET, SOCK_RAW, 0)}; }, EAFNOSUPPORT},
+      {"socket(AF_ALG)", [] { return long{::socket(AF_ALG, SOCK_SEQPACKET, 0)}; }, EAFNOSUPPORT},
+      {"socket(AF_INET | 1 << 32)",
+       [] { return ::syscall(SYS_socket, (1L << 32) | AF_INET, SOCK_STREAM, 0); }, EAFNOSUPPORT},
+      {"socketpair(AF_INET)",
+       [] {
+         int pair[2];
+         return long{::socketpair(AF_INET, SOCK_STREAM, 0, pair)};
+       },
+       EAFNOSUPPORT},
+      // Not on the list: as if the kernel did not have it.
+      {"personality", [] { return ::syscall(SYS_personality, 0xffffffff); }, ENOSYS},
+      {"uselib", [] { return ::syscall(SYS_uselib, nullptr); }, ENOSYS},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -84,6 +102,35 @@ TEST(SeccompFilter, AllowsOrdinaryWork) {
                                  return long{child > 0 ? ::waitpid(child, nullptr, 0) : -1};
                                }),
             0);
+}
+
+TEST(SeccompFilter, AllowsTheSocketsAnalysisUses) {
+  auto program = build_seccomp_filter();
+  ASSERT_TRUE(program);
+  for (int family : {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK}) {
+    SCOPED_TRACE(family);
+    const int type = family == AF_NETLINK ? SOCK_RAW : SOCK_STREAM;
+    EXPECT_EQ(errno_under_filter(*program,
+                                 [&] {
+                                   int fd = ::socket(family, type, 0);
+                                   return long{fd >= 0 ? ::close(fd) : -1};
+                                 }),
+              0);
+  }
+  EXPECT_EQ(errno_under_filter(*program,
+                               [] {
+                                 int pair[2];
+                                 return long{::socketpair(AF_UNIX, SOCK_STREAM, 0, pair)};
+                               }),
+            0);
+}
+
+TEST(SeccompFilter, NoSyscallIsBothAllowedAndDenied) {
+  auto allowed = allowed_syscalls();
+  EXPECT_GT(allowed.size(), 200u);
+  for (std::string_view name : denied_syscalls()) {
+    EXPECT_EQ(std::find(allowed.begin(), allowed.end(), name), allowed.end()) << name;
+  }
 }
 
 TEST(SeccompFilter, DocumentsItsList) {
