@@ -334,5 +334,37 @@ for name, code in [("i386", "b814000000cd80c3"), ("x32", "b8270000400f05c3")]:
   EXPECT_NE(seen.find("x32 -31 \n"), std::string::npos) << seen;
 }
 
+// Many small processes filling the memory limit: without an oom_score_adj init could be the
+// OOM killer's choice, ending the sandbox. Commands start at 1000, and the sandbox outlives
+// its OOM.
+TEST(Attack, TheOomKillerNeverChoosesInit) {
+  auto spec = ScopedSandbox::default_spec();
+  spec.resources.memory_bytes = 256 * kMiB;
+  ScopedSandbox sandbox(spec);
+  auto scores =
+      run(sandbox.id(), {"sh", "-c", "cat /proc/1/oom_score_adj /proc/self/oom_score_adj"});
+  ASSERT_TRUE(scores) << scores.error().message;
+  // -1000 for init where root has CAP_SYS_RESOURCE (not on every host), 1000 for commands.
+  EXPECT_TRUE(scores->stdout_text == "-1000\n1000\n" || scores->stdout_text == "0\n1000\n")
+      << scores->stdout_text;
+  auto flood = python(sandbox.id(), R"(
+import os
+for _ in range(40):
+    if os.fork() == 0:
+        blocks = []
+        while True:
+            blocks.append(bytearray(4 << 20))
+os.wait()
+)");
+  ASSERT_TRUE(flood) << flood.error().message;
+  EXPECT_TRUE(flood->oom);
+  auto alive = SandboxEnvironment::get().provider().is_alive(sandbox.id());
+  ASSERT_TRUE(alive);
+  EXPECT_TRUE(*alive);
+  auto after = run(sandbox.id(), {"echo", "still here"});
+  ASSERT_TRUE(after) << after.error().message;
+  EXPECT_EQ(after->stdout_text, "still here\n");
+}
+
 }  // namespace
 }  // namespace quarry::testing

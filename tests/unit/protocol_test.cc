@@ -72,6 +72,58 @@ TEST(Protocol, ClosedPeerIsUnavailable) {
   EXPECT_EQ(message.error().code, ErrorCode::kUnavailable);
 }
 
+// A peer that sends a frame's length and part of its body, then nothing: the host gives up at
+// its deadline instead of waiting forever.
+TEST(Protocol, APartialFrameEndsAtTheDeadline) {
+  SocketPair pair;
+  const uint32_t length = 100;
+  ASSERT_EQ(::write(pair.a.get(), &length, sizeof length), 4);
+  ASSERT_EQ(::write(pair.a.get(), "{\"type\":", 8), 8);
+  const auto start = std::chrono::steady_clock::now();
+  auto message = receive(pair.b.get(), start + std::chrono::milliseconds(200));
+  ASSERT_FALSE(message);
+  EXPECT_EQ(message.error().code, ErrorCode::kDeadlineExceeded);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  // Also when not even the whole length came.
+  SocketPair other;
+  ASSERT_EQ(::write(other.a.get(), &length, 2), 2);
+  message =
+      receive(other.b.get(), std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+  ASSERT_FALSE(message);
+  EXPECT_EQ(message.error().code, ErrorCode::kDeadlineExceeded);
+}
+
+TEST(Protocol, RepliesAreCheckedFieldByField) {
+  auto exit = parse_reply({{"type", "exit"}, {"status", 256}, {"run_ns", 1500}});
+  ASSERT_TRUE(exit) << exit.error().message;
+  EXPECT_EQ(exit->status, 256);
+  EXPECT_EQ(exit->run_ns, 1500);
+  auto error = parse_reply({{"type", "error"}, {"message", "fork failed"}});
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->message, "fork failed");
+  EXPECT_TRUE(parse_reply({{"type", "ready"}}));
+  // Shapes that made nlohmann::json throw past every handler, and values out of range.
+  for (const auto& bad : {
+           nlohmann::json::array({1, 2}),
+           nlohmann::json("exit"),
+           nlohmann::json{{"type", 7}},
+           nlohmann::json{{"type", "exit"}, {"status", "0"}, {"run_ns", 1}},
+           nlohmann::json{{"type", "exit"}, {"status", 0}, {"run_ns", -1}},
+           nlohmann::json{{"type", "exit"}, {"status", 1 << 20}, {"run_ns", 1}},
+           nlohmann::json{{"type", "exit"}, {"status", 0.5}, {"run_ns", 1}},
+           nlohmann::json{{"type", "exit"}, {"run_ns", 1}},
+           nlohmann::json{{"type", "error"}, {"message", {{"nested", true}}}},
+           nlohmann::json{{"type", "surprise"}},
+       }) {
+    SCOPED_TRACE(bad.dump());
+    auto reply = parse_reply(bad);
+    ASSERT_FALSE(reply);
+    EXPECT_EQ(reply.error().code, ErrorCode::kInternal);
+    EXPECT_NE(reply.error().message.find("quarry-init sent a malformed message"),
+              std::string::npos);
+  }
+}
+
 TEST(Protocol, SetupSurvivesTheTrip) {
   protocol::Setup setup;
   setup.root_dir = "/state/sandboxes/abc/root";

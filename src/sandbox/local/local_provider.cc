@@ -39,8 +39,8 @@ double milliseconds_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// Waits for one message from init, giving up after `timeout`.
-Result<protocol::Message> receive_within(int socket, std::chrono::milliseconds timeout) {
+// Waits for one message of `type` from init, giving up after `timeout`.
+Result<void> expect_within(int socket, std::string_view type, std::chrono::milliseconds timeout) {
   pollfd poll_fd{socket, POLLIN, 0};
   int ready = ::poll(&poll_fd, 1, static_cast<int>(timeout.count()));
   if (ready < 0) return errno_error("poll");
@@ -48,17 +48,18 @@ Result<protocol::Message> receive_within(int socket, std::chrono::milliseconds t
     return make_error(ErrorCode::kDeadlineExceeded, "quarry-init did not answer within {} ms",
                       timeout.count());
   }
-  return protocol::receive(socket);
+  ASSIGN_OR_RETURN(auto message,
+                   protocol::receive(socket, std::chrono::steady_clock::now() + timeout));
+  ASSIGN_OR_RETURN(auto reply, protocol::parse_reply(message.body));
+  if (reply.type == type) return {};
+  if (reply.type == "error") return make_error(ErrorCode::kInternal, "{}", reply.message);
+  return make_error(ErrorCode::kInternal, "expected '{}' from quarry-init, got '{}'", type,
+                    reply.type);
 }
 
-Result<void> expect(const protocol::Message& message, std::string_view type) {
-  const std::string got = message.body.value("type", "");
-  if (got == type) return {};
-  if (got == "error") {
-    return make_error(ErrorCode::kInternal, "{}", message.body.value("message", "unknown error"));
-  }
-  return make_error(ErrorCode::kInternal, "expected '{}' from quarry-init, got '{}'", type, got);
-}
+// How long the rest of a message from init may take once its first byte is in: it is sent
+// with one write, so only a broken (or hostile) init makes this wait.
+constexpr auto kRestOfMessage = std::chrono::seconds(5);
 
 Result<UniqueFd> connect_to(const std::filesystem::path& socket_path) {
   sockaddr_un address{};
@@ -243,8 +244,16 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
 
   ASSIGN_OR_RETURN(InitProcess init, spawn_init(options_.init_binary, log.get()));
   record.init_pid = init.pid;
-  ASSIGN_OR_RETURN(record.init_start_time, process_start_time(init.pid));
-  RETURN_IF_ERROR(state_.save(record));  // from here destroy() can find init
+  // Until the record names init, destroy() cannot find it: if saving fails, init is killed and
+  // reaped here, not left waiting for a setup that never comes (and then a zombie).
+  auto saved = [&]() -> Result<void> {
+    ASSIGN_OR_RETURN(record.init_start_time, process_start_time(init.pid));
+    return state_.save(record);
+  }();
+  if (!saved) {
+    kill_and_reap(init.pidfd.get());
+    return std::unexpected(saved.error());
+  }
   RETURN_IF_ERROR(cgroups_->enter_sandbox(id, init.pid));
 
   protocol::Setup setup;
@@ -262,29 +271,19 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   setup.seccomp_filter = seccomp_;
   setup.max_processes = spec.resources.pids;
   setup.cgroup_mounts = cgroups_->sandbox_mounts();
-  for (const auto& path : {setup.lower_dir, setup.upper_dir, setup.work_dir}) {
-    if (path.find_first_of(",:") != std::string::npos) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "overlayfs cannot use '{}': paths with ',' or ':' are not allowed; move "
-                        "the state or cache directory",
-                        path);
-    }
-  }
   const std::string starting =
       fmt::format("starting sandbox {} (see {})", id, (sandbox_dir / "init.log").string());
   RETURN_IF_ERROR(protocol::send(init.channel.get(), protocol::to_json(setup)));
-  ASSIGN_OR_RETURN(auto userns,
-                   with_context(receive_within(init.channel.get(), kSetupTimeout), starting));
-  RETURN_IF_ERROR(with_context(expect(userns, "userns"), starting));
+  RETURN_IF_ERROR(
+      with_context(expect_within(init.channel.get(), "userns", kSetupTimeout), starting));
   // Inside ids 0..65535 are the host's kSandboxIdBase.. range; nothing maps to a real user.
   const std::string map = fmt::format("0 {} {}\n", kSandboxIdBase, kSandboxIdCount);
   RETURN_IF_ERROR(write_control_file(fmt::format("/proc/{}/uid_map", init.pid), map));
   RETURN_IF_ERROR(write_control_file(fmt::format("/proc/{}/gid_map", init.pid), map));
   RETURN_IF_ERROR(cgroups_->enter_init(id, init.pid));
   RETURN_IF_ERROR(protocol::send(init.channel.get(), {{"type", "maps_written"}}));
-  ASSIGN_OR_RETURN(auto ready,
-                   with_context(receive_within(init.channel.get(), kSetupTimeout), starting));
-  RETURN_IF_ERROR(with_context(expect(ready, "ready"), starting));
+  RETURN_IF_ERROR(
+      with_context(expect_within(init.channel.get(), "ready", kSetupTimeout), starting));
   created = true;
   return info_of(record, true);
 }
@@ -389,7 +388,7 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
   result.memory_limit_bytes = sandbox.record.resources.memory_bytes;
   Capture captures[] = {{stdout_read.get(), OutputStream::kStdout, &result.stdout_text},
                         {stderr_read.get(), OutputStream::kStderr, &result.stderr_text}};
-  std::optional<nlohmann::json> exit_message;
+  std::optional<protocol::Reply> exit_message;
   bool connection_open = true;
   const auto deadline = call_start + request.timeout;
   // After the command exits (or is killed) its leftovers are killed and the pipes drained;
@@ -430,21 +429,32 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
         return make_error(ErrorCode::kCancelled, "the command was cancelled");
       }
       if (polls[i].fd == connection.get()) {
-        auto message = protocol::receive(connection.get());
+        auto message = protocol::receive(connection.get(), Clock::now() + kRestOfMessage);
         if (!message) {
           connection_open = false;
           if (!exit_message) {
             (void)cgroups_->kill_exec(id, exec_name);
+            if (message.error().code != ErrorCode::kUnavailable) {
+              return make_error(ErrorCode::kInternal, "sandbox {}: {}", id,
+                                message.error().message);
+            }
             return make_error(ErrorCode::kUnavailable,
                               "sandbox {} stopped while the command was running", id);
           }
           continue;
         }
-        if (message->body.value("type", "") == "error") {
-          return make_error(ErrorCode::kResourceExhausted, "sandbox {}: {}", id,
-                            message->body.value("message", "the command could not start"));
+        auto reply = protocol::parse_reply(message->body);
+        if (!reply || (reply->type != "exit" && reply->type != "error")) {
+          (void)cgroups_->kill_exec(id, exec_name);
+          return make_error(ErrorCode::kInternal, "sandbox {}: {}", id,
+                            reply
+                                ? fmt::format("quarry-init answered '{}' to a command", reply->type)
+                                : reply.error().message);
         }
-        exit_message = std::move(message->body);
+        if (reply->type == "error") {
+          return make_error(ErrorCode::kResourceExhausted, "sandbox {}: {}", id, reply->message);
+        }
+        exit_message = std::move(*reply);
         // The command is gone; whatever it left running in the background goes with it.
         (void)cgroups_->kill_exec(id, exec_name);
         drain_deadline = Clock::now() + std::chrono::seconds(10);
@@ -473,14 +483,14 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
                       id);
   }
 
-  const int status = exit_message->value("status", 0);
+  const int status = exit_message->status;
   if (WIFSIGNALED(status)) {
     result.signal = WTERMSIG(status);
     result.exit_code = 128 + WTERMSIG(status);
   } else {
     result.exit_code = WEXITSTATUS(status);
   }
-  result.run_ms = static_cast<double>(exit_message->value("run_ns", int64_t{0})) / 1e6;
+  result.run_ms = static_cast<double>(exit_message->run_ns) / 1e6;
   auto counters = cgroups_->exec_counters(id, exec_name);
   if (counters) {
     result.peak_memory_bytes = counters->peak_memory_bytes;

@@ -1,17 +1,38 @@
 #include "sandbox/local/protocol.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace quarry::sandbox::local::protocol {
 namespace {
 
-Result<void> read_exact(int socket, char* data, size_t size) {
+// Waits until `socket` is readable or `deadline` passes.
+Result<void> wait_readable(int socket, Deadline deadline) {
+  if (deadline == kNoDeadline) return {};
+  while (true) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd poll_fd{socket, POLLIN, 0};
+    int ready = ::poll(&poll_fd, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return errno_error("poll");
+    if (ready == 0) {
+      return make_error(ErrorCode::kDeadlineExceeded,
+                        "quarry-init sent part of a message and then nothing");
+    }
+    return {};
+  }
+}
+
+Result<void> read_exact(int socket, char* data, size_t size, Deadline deadline) {
   while (size > 0) {
-    ssize_t n = ::recv(socket, data, size, MSG_WAITALL);
+    RETURN_IF_ERROR(wait_readable(socket, deadline));
+    ssize_t n = ::recv(socket, data, size, deadline == kNoDeadline ? MSG_WAITALL : MSG_DONTWAIT);
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR || errno == EAGAIN) continue;
       return errno_error("recv");
     }
     if (n == 0) return make_error(ErrorCode::kUnavailable, "the peer closed the connection");
@@ -67,7 +88,7 @@ Result<void> send(int socket, const nlohmann::json& body, std::span<const int> f
   return {};
 }
 
-Result<Message> receive(int socket) {
+Result<Message> receive(int socket, Deadline deadline) {
   Message message;
   uint32_t length = 0;
   // The header carries the descriptors, so it is read with recvmsg.
@@ -79,6 +100,7 @@ Result<Message> receive(int socket) {
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
     header.msg_control = control;
     header.msg_controllen = sizeof control;
+    RETURN_IF_ERROR(wait_readable(socket, deadline));
     ssize_t n;
     do {
       n = ::recvmsg(socket, &header, MSG_CMSG_CLOEXEC);
@@ -100,14 +122,14 @@ Result<Message> receive(int socket) {
     }
     if (static_cast<size_t>(n) < sizeof length) {
       RETURN_IF_ERROR(read_exact(socket, reinterpret_cast<char*>(&length) + n,
-                                 sizeof length - static_cast<size_t>(n)));
+                                 sizeof length - static_cast<size_t>(n), deadline));
     }
   }
   if (length > kMaxFrameBytes) {
     return make_error(ErrorCode::kInternal, "a message of {} bytes is over the limit", length);
   }
   std::string payload(length, '\0');
-  RETURN_IF_ERROR(read_exact(socket, payload.data(), payload.size()));
+  RETURN_IF_ERROR(read_exact(socket, payload.data(), payload.size(), deadline));
   message.body = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (message.body.is_discarded()) {
     return make_error(ErrorCode::kInternal, "a message was not valid JSON");
@@ -166,6 +188,40 @@ Result<Setup> setup_from_json(const nlohmann::json& body) {
   } catch (const nlohmann::json::exception& error) {
     return make_error(ErrorCode::kInternal, "bad setup message: {}", error.what());
   }
+}
+
+Result<Reply> parse_reply(const nlohmann::json& body) {
+  auto bad = [&](std::string_view what) {
+    return make_error(ErrorCode::kInternal, "quarry-init sent a malformed message ({}): {:.200}",
+                      what, body.dump());
+  };
+  if (!body.is_object()) return bad("not an object");
+  auto type = body.find("type");
+  if (type == body.end() || !type->is_string()) return bad("no type");
+  Reply reply;
+  reply.type = type->get<std::string>();
+  if (reply.type == "userns" || reply.type == "ready") return reply;
+  if (reply.type == "error") {
+    auto message = body.find("message");
+    if (message == body.end() || !message->is_string()) return bad("an error without a message");
+    reply.message = message->get<std::string>().substr(0, 4096);
+    return reply;
+  }
+  if (reply.type == "exit") {
+    auto status = body.find("status");
+    auto run_ns = body.find("run_ns");
+    if (status == body.end() || !status->is_number_integer() || status->get<int64_t>() < 0 ||
+        status->get<int64_t>() > 0xffff) {
+      return bad("an exit without a wait status");
+    }
+    if (run_ns == body.end() || !run_ns->is_number_integer() || run_ns->get<int64_t>() < 0) {
+      return bad("an exit without a run time");
+    }
+    reply.status = static_cast<int>(status->get<int64_t>());
+    reply.run_ns = run_ns->get<int64_t>();
+    return reply;
+  }
+  return bad("unknown type");
 }
 
 }  // namespace quarry::sandbox::local::protocol

@@ -8,10 +8,11 @@
 //   init -> host  ready | error {message}
 // Exec, one connection to the control socket per command:
 //   host -> init  exec {argv, env, cwd} + fds [stdout, stderr, cgroup.procs...]
-//   init -> host  exit {status, run_ns} | error {message}
+//   init -> host  exit {status, run_ns} | error {message}     (checked by parse_reply)
 // Closing the connection early kills the command's process group.
 #pragma once
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -32,10 +33,24 @@ struct Message {
   std::vector<UniqueFd> fds;
 };
 
+using Deadline = std::chrono::steady_clock::time_point;
+inline constexpr Deadline kNoDeadline = Deadline::max();
+
 // Sends one frame; `fds` travel with its first byte.
 Result<void> send(int socket, const nlohmann::json& body, std::span<const int> fds = {});
-// Receives one frame. A peer that closed cleanly before a new frame gives kUnavailable.
-Result<Message> receive(int socket);
+// Receives one frame. A peer that closed cleanly before a new frame gives kUnavailable; a frame
+// not all there by `deadline` (a peer that sent part of one and stopped) kDeadlineExceeded.
+Result<Message> receive(int socket, Deadline deadline = kNoDeadline);
+
+// A message from init to the host, checked field by field: init runs inside the sandbox, so
+// the host takes nothing in what it says on trust (a wrong type is an error, not an exception).
+struct Reply {
+  std::string type;     // "userns", "ready", "exit" or "error"
+  int status = 0;       // exit: the command's wait status
+  int64_t run_ns = 0;   // exit: how long it ran
+  std::string message;  // error: what went wrong
+};
+Result<Reply> parse_reply(const nlohmann::json& body);
 
 // A cgroup filesystem that init mounts read-only inside the sandbox (in its cgroup namespace,
 // so it shows the sandbox's own subtree): programs there, such as DuckDB and Rust's

@@ -151,6 +151,13 @@ void reap(int pidfd) {
   ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG);
 }
 
+void kill_and_reap(int pidfd) {
+  ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+  pollfd poll_fd{pidfd, POLLIN, 0};
+  ::poll(&poll_fd, 1, 10'000);
+  reap(pidfd);
+}
+
 void reap_exited(pid_t pid, uint64_t start_time) {
   UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   if (!pidfd) return;

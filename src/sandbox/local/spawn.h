@@ -34,6 +34,9 @@ bool process_exited(int pidfd);
 // Reaps the process if it is our child (no-op otherwise, e.g. after a restart).
 void reap(int pidfd);
 
+// SIGKILLs the process, waits (up to 10 s) until it is gone and reaps it if it is our child.
+void kill_and_reap(int pidfd);
+
 // Reaps the process that started at `start_time` as `pid` if it has exited and is our child:
 // a sandbox init that died on its own stays a zombie of its creator until then.
 void reap_exited(pid_t pid, uint64_t start_time);

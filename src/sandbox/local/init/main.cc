@@ -14,6 +14,7 @@ using quarry::UniqueFd;
 namespace {
 
 Result<UniqueFd> contain(const protocol::Setup& setup, int channel) {
+  RETURN_IF_ERROR(init::shield_from_oom_killer());
   RETURN_IF_ERROR(init::enter_cgroup_namespace());
   RETURN_IF_ERROR(init::mount_root_filesystem(setup));
   RETURN_IF_ERROR(init::make_user_directories(setup));

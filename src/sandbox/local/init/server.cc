@@ -67,6 +67,10 @@ void report(int fd, const std::string& text) {
     const rlimit processes{setup.max_processes, setup.max_processes};
     ::setrlimit(RLIMIT_NPROC, &processes);
   }
+  if (auto offered = offer_to_oom_killer(); !offered) {
+    report(STDERR_FILENO, offered.error().message);
+    ::_exit(126);
+  }
   // Switching every id away from 0 clears all capabilities.
   if (::setgroups(0, nullptr) != 0 ||
       ::setresgid(setup.group_id, setup.group_id, setup.group_id) != 0 ||

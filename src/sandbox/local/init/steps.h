@@ -14,6 +14,11 @@ namespace quarry::sandbox::local::init {
 // cgroup.cc: a cgroup namespace rooted at the sandbox's cgroup, where the host has put us.
 Result<void> enter_cgroup_namespace();
 
+// oom.cc: a command is the OOM killer's first choice (1000, set before it starts), init never
+// (-1000, where the host grants root CAP_SYS_RESOURCE).
+Result<void> shield_from_oom_killer();
+Result<void> offer_to_oom_killer();
+
 // mounts.cc: overlay root (image below, writable layer above), /proc, a minimal /dev.
 Result<void> mount_root_filesystem(const protocol::Setup& setup);
 // mounts.cc: the sandbox user's home and the configured directories, owned by that user.
