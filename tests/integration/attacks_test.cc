@@ -366,5 +366,23 @@ os.wait()
   EXPECT_EQ(after->stdout_text, "still here\n");
 }
 
+// The volume is sparse: sandboxes' disk limits together could exceed what the host's
+// filesystem can back, and a host filesystem that fills under btrfs turns it read-only for
+// every sandbox. A sandbox whose limit cannot be backed is refused, saying why.
+TEST(Attack, ADiskLimitTheHostCannotBackIsRefused) {
+  auto spec = ScopedSandbox::default_spec();
+  spec.resources.disk_bytes = uint64_t{64} << 40;  // 64 TiB
+  auto refused = SandboxEnvironment::get().provider().create(spec);
+  ASSERT_FALSE(refused) << "created " << refused->id;
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("a sandbox with a 64 TiB disk cannot be backed"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("lower sandbox.resources.disk"), std::string::npos);
+  ScopedSandbox ordinary;  // what fits is still made
+  auto result = run(ordinary.id(), {"true"});
+  ASSERT_TRUE(result) << result.error().message;
+}
+
 }  // namespace
 }  // namespace quarry::testing

@@ -188,6 +188,27 @@ Result<const SandboxVolume*> LocalProvider::volume() {
   return &*volume_;
 }
 
+struct LocalProvider::Admission {
+  LocalProvider& provider;
+  uint64_t bytes;
+  ~Admission() {
+    std::lock_guard lock(provider.volume_mutex_);
+    provider.admitting_bytes_ -= bytes;
+  }
+};
+
+Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(uint64_t disk_bytes) {
+  ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+  ASSIGN_OR_RETURN(auto records, state_.list());
+  std::lock_guard lock(volume_mutex_);
+  uint64_t committed = admitting_bytes_;
+  for (const auto& record : records)
+    committed += record.resources.disk_bytes;
+  RETURN_IF_ERROR(volume->admit(committed, disk_bytes));
+  admitting_bytes_ += disk_bytes;
+  return std::make_unique<Admission>(*this, disk_bytes);
+}
+
 Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   RETURN_IF_ERROR(validate_resources(spec.resources));
   RETURN_IF_ERROR(validate_labels(spec.labels));
@@ -199,6 +220,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   ASSIGN_OR_RETURN(auto definition, default_image_definition(config_));
   ASSIGN_OR_RETURN(auto image, images_.find(definition));
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+  ASSIGN_OR_RETURN(auto admission, admit(spec.resources.disk_bytes));
 
   // The sandbox's subvolume holds everything it has on disk, so it is made first; a random id
   // that is already taken is simply drawn again.

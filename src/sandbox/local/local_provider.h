@@ -58,6 +58,11 @@ class LocalProvider final : public SandboxProvider {
   Result<Running> running(std::string_view id) const;
   Result<const SandboxVolume*> volume();
   std::vector<std::string> environment(const ExecRequest& request) const;
+  // Admits a new sandbox's disk limit against the volume (SandboxVolume::admit), counting every
+  // recorded sandbox and those being created. The returned guard keeps the limit counted until
+  // the sandbox is recorded (or its creation failed).
+  struct Admission;
+  Result<std::unique_ptr<Admission>> admit(uint64_t disk_bytes);
 
   SandboxConfig config_;
   LocalProviderOptions options_;
@@ -67,6 +72,9 @@ class LocalProvider final : public SandboxProvider {
   std::vector<uint8_t> seccomp_;
   std::mutex volume_mutex_;
   std::optional<SandboxVolume> volume_;
+  // Disk limits of sandboxes being created in this process and not recorded yet, counted by
+  // admission as if they were (guarded by volume_mutex_).
+  uint64_t admitting_bytes_ = 0;
   std::atomic<uint64_t> exec_counter_{0};
 };
 

@@ -10,14 +10,17 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
 #include "common/command.h"
 #include "common/file_util.h"
 #include "common/unique_fd.h"
+#include "common/units.h"
 
 namespace quarry::sandbox::local {
 namespace {
@@ -140,7 +143,10 @@ Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir
     RETURN_IF_ERROR(enable_quota(mount_point));
     return SandboxVolume(mount_point);
   }
-  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return SandboxVolume(mount_point);
+  auto backing = state_dir / "sandboxes.btrfs";
+  if (is_mount_point(mount_point) && is_btrfs(mount_point)) {
+    return SandboxVolume(mount_point, backing);
+  }
 
   // First use (or after a reboot): one process at a time sets the volume up.
   RETURN_IF_ERROR(make_directories(state_dir, 0755));
@@ -148,17 +154,18 @@ Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir
   UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock) return errno_error("open '{}'", lock_path.string());
   if (::flock(lock.get(), LOCK_EX) != 0) return errno_error("flock '{}'", lock_path.string());
-  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return SandboxVolume(mount_point);
+  if (is_mount_point(mount_point) && is_btrfs(mount_point)) {
+    return SandboxVolume(mount_point, backing);
+  }
 
   RETURN_IF_ERROR(make_directories(mount_point, 0700));
-  auto backing = state_dir / "sandboxes.btrfs";
   if (!std::filesystem::exists(backing)) RETURN_IF_ERROR(make_backing_file(backing, volume_bytes));
   RETURN_IF_ERROR(loop_mount(backing, mount_point));
   RETURN_IF_ERROR(enable_quota(mount_point));
   // Sandboxes hold the data exported into them: no other host user may look in.
   if (::chmod(mount_point.c_str(), 0700) != 0)
     return errno_error("chmod '{}'", mount_point.string());
-  return SandboxVolume(mount_point);
+  return SandboxVolume(mount_point, backing);
 }
 
 Result<SandboxDirectory> SandboxVolume::create(std::string_view id, uint64_t limit_bytes,
@@ -200,6 +207,61 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
     remove.create = 0;
     remove.qgroupid = qgroup;
     ::ioctl(volume.get(), BTRFS_IOC_QGROUP_CREATE, &remove);
+  }
+  return {};
+}
+
+Result<void> SandboxVolume::admit(uint64_t committed_bytes, uint64_t limit_bytes) const {
+  auto space = [](const std::filesystem::path& path) -> Result<struct statvfs> {
+    struct statvfs info {};
+    if (::statvfs(path.c_str(), &info) != 0) return errno_error("statvfs '{}'", path.string());
+    return info;
+  };
+  auto reserve_of = [](const struct statvfs& host) {
+    const uint64_t total = static_cast<uint64_t>(host.f_blocks) * host.f_frsize;
+    return std::max<uint64_t>(total / 20, 512 * kMiB);
+  };
+  auto refuse = [&](const std::string& why) {
+    return make_error(ErrorCode::kResourceExhausted,
+                      "a sandbox with a {} disk cannot be backed: {}; lower "
+                      "sandbox.resources.disk, remove sandboxes that are not needed (quarry "
+                      "sandbox ls) or free space on the host",
+                      format_size(limit_bytes), why);
+  };
+  ASSIGN_OR_RETURN(auto volume, space(mount_point_));
+  if (backing_.empty()) {
+    const uint64_t free = static_cast<uint64_t>(volume.f_bavail) * volume.f_frsize;
+    const uint64_t reserve = reserve_of(volume);
+    if (limit_bytes + reserve > free) {
+      return refuse(fmt::format("{} has {} free, of which {} is kept for the host",
+                                mount_point_.string(), format_size(free), format_size(reserve)));
+    }
+    return {};
+  }
+  // Sandboxes can together fill the volume file up to their limits: the file may grow by what
+  // its filesystem has free, and already holds what it has allocated.
+  ASSIGN_OR_RETURN(auto host, space(backing_.parent_path()));
+  struct stat file {};
+  if (::stat(backing_.c_str(), &file) != 0) return errno_error("stat '{}'", backing_.string());
+  const uint64_t host_free = static_cast<uint64_t>(host.f_bavail) * host.f_frsize;
+  const uint64_t held = static_cast<uint64_t>(file.st_blocks) * 512;
+  const uint64_t reserve = reserve_of(host);
+  const uint64_t backed = host_free + held > reserve ? host_free + held - reserve : 0;
+  // btrfs keeps some of the volume for its metadata: a tenth is plenty for sandboxes' files.
+  const uint64_t volume_size = static_cast<uint64_t>(volume.f_blocks) * volume.f_frsize / 10 * 9;
+  const uint64_t wanted = committed_bytes + limit_bytes;
+  if (wanted > volume_size) {
+    return refuse(
+        fmt::format("the sandboxes there now may use {} and the volume {} holds {} "
+                    "(sandbox.local.volume_size)",
+                    format_size(committed_bytes), backing_.string(), format_size(volume_size)));
+  }
+  if (wanted > backed) {
+    return refuse(
+        fmt::format("the sandboxes there now may use {}, and {} with the {} free on "
+                    "its filesystem can back {} (keeping {} for the host)",
+                    format_size(committed_bytes), backing_.string(), format_size(host_free),
+                    format_size(backed), format_size(reserve)));
   }
   return {};
 }

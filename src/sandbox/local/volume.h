@@ -37,12 +37,22 @@ class SandboxVolume {
   // Deletes the subvolume with everything in it, and its qgroup. Missing is fine.
   Result<void> remove(std::string_view id, uint64_t qgroup) const;
 
+  // Whether a new sandbox limited to `limit_bytes` can be backed when the sandboxes there now
+  // are limited to `committed_bytes` together: the volume is sparse, and a host filesystem that
+  // fills up under it turns btrfs read-only for every sandbox. Where the volume is a file, all
+  // limits together must fit in what that file holds plus what its filesystem has free, less a
+  // reserve for the host (5 %, at least 512 MiB), and in the volume itself; on a btrfs state
+  // directory the new limit must fit in its free space less the reserve. kResourceExhausted,
+  // with the figures, when not.
+  Result<void> admit(uint64_t committed_bytes, uint64_t limit_bytes) const;
+
   const std::filesystem::path& mount_point() const { return mount_point_; }
 
  private:
-  explicit SandboxVolume(std::filesystem::path mount_point)
-      : mount_point_(std::move(mount_point)) {}
+  SandboxVolume(std::filesystem::path mount_point, std::filesystem::path backing = {})
+      : mount_point_(std::move(mount_point)), backing_(std::move(backing)) {}
   std::filesystem::path mount_point_;
+  std::filesystem::path backing_;  // the file holding the volume; empty on a btrfs state dir
 };
 
 }  // namespace quarry::sandbox::local
