@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/inotify.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -382,6 +383,48 @@ TEST(Attack, ADiskLimitTheHostCannotBackIsRefused) {
   ScopedSandbox ordinary;  // what fits is still made
   auto result = run(ordinary.id(), {"true"});
   ASSERT_TRUE(result) << result.error().message;
+}
+
+// Every sandbox mapped its users to the same host range, so the sandbox user was one host uid
+// for every tenant (per-uid limits shared; an escape from one would own all their files).
+// Each has a range of its own now, claimed and released with it, and sees the image as its.
+TEST(Attack, TwoSandboxesHaveDisjointHostIdRanges) {
+  ScopedSandbox first;
+  ScopedSandbox second;
+  auto& environment = SandboxEnvironment::get();
+  std::vector<uint64_t> bases;
+  for (const auto* sandbox : {&first, &second}) {
+    auto result = run(sandbox->id(), {"sh", "-c",
+                                      "cat /proc/self/uid_map /proc/self/gid_map; "
+                                      "stat -c '%u %g' /usr /opt/quarry/matplotlib; "
+                                      "touch /home/sandbox/mine"});
+    ASSERT_TRUE(result) << result.error().message;
+    std::istringstream words(result->stdout_text);
+    uint64_t inside = 1, uid_base = 0, count = 0, gid_inside = 1, gid_base = 0, gid_count = 0;
+    words >> inside >> uid_base >> count >> gid_inside >> gid_base >> gid_count;
+    EXPECT_EQ(inside, 0u);
+    EXPECT_EQ(count, 65536u);
+    EXPECT_EQ(gid_base, uid_base);
+    // The image's files are root's and the sandbox user's inside, as in every sandbox.
+    EXPECT_NE(result->stdout_text.find("0 0\n1000 1000\n"), std::string::npos)
+        << result->stdout_text;
+    // On the host, what the sandbox user writes belongs to this sandbox's range only.
+    struct stat info {};
+    const auto mine =
+        environment.state_dir() / "sandboxes" / sandbox->id() / "upper/home/sandbox/mine";
+    ASSERT_EQ(::stat(mine.c_str(), &info), 0) << mine;
+    EXPECT_EQ(info.st_uid, uid_base + 1000);
+    bases.push_back(uid_base);
+  }
+  ASSERT_EQ(bases.size(), 2u);
+  EXPECT_GE(bases[0] > bases[1] ? bases[0] - bases[1] : bases[1] - bases[0], 65536u);
+  EXPECT_NE(bases[0], uint64_t{1} << 30);  // never the image's own range
+  // The claims are released with the sandboxes.
+  const auto claims = environment.state_dir() / "id-ranges";
+  EXPECT_TRUE(std::filesystem::exists(claims / std::to_string(bases[0])));
+  const std::string second_id = second.id();
+  ASSERT_TRUE(environment.provider().destroy(second_id));
+  EXPECT_FALSE(std::filesystem::exists(claims / std::to_string(bases[1])));
 }
 
 }  // namespace

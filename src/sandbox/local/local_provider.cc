@@ -18,6 +18,7 @@
 #include "common/file_util.h"
 #include "common/random_id.h"
 #include "sandbox/local/files.h"
+#include "sandbox/local/idmap.h"
 #include "sandbox/local/protocol.h"
 #include "sandbox/local/seccomp_filter.h"
 #include "sandbox/local/spawn.h"
@@ -224,14 +225,20 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
 
   // The sandbox's subvolume holds everything it has on disk, so it is made first; a random id
   // that is already taken is simply drawn again.
+  // It gets a host id range of its own, so no two sandboxes share a host uid.
   std::string id;
+  uint32_t id_base = 0;
   std::optional<SandboxDirectory> directory;
   for (int attempt = 0; !directory; ++attempt) {
     id = random_id();
-    auto made = volume->create(id, spec.resources.disk_bytes, kSandboxIdBase);
+    ASSIGN_OR_RETURN(id_base, state_.claim_id_range(id));
+    auto made = volume->create(id, spec.resources.disk_bytes, id_base);
     if (made) {
       directory = std::move(*made);
-    } else if (made.error().code != ErrorCode::kAlreadyExists || attempt >= 8) {
+      continue;
+    }
+    state_.release_id_range(id_base);
+    if (made.error().code != ErrorCode::kAlreadyExists || attempt >= 8) {
       return std::unexpected(made.error());
     }
   }
@@ -243,6 +250,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   record.image = image.hash;
   record.created_at = std::chrono::system_clock::now();
   record.qgroup = directory->qgroup;
+  record.id_base = id_base;
 
   // Undo everything on failure; destroy() knows how to take apart a partial sandbox.
   bool created = false;
@@ -287,7 +295,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   setup.hostname = "sandbox-" + id;
   setup.user_id = kSandboxUser;
   setup.group_id = kSandboxUser;
-  setup.host_id_base = kSandboxIdBase;
+  setup.host_id_base = id_base;
   setup.home = fmt::format("/home/{}", kSandboxUserName);
   setup.directories = {config_.data_dir, config_.output_dir};
   setup.seccomp_filter = seccomp_;
@@ -295,11 +303,17 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   setup.cgroup_mounts = cgroups_->sandbox_mounts();
   const std::string starting =
       fmt::format("starting sandbox {} (see {})", id, (sandbox_dir / "init.log").string());
-  RETURN_IF_ERROR(protocol::send(init.channel.get(), protocol::to_json(setup)));
+  // The image as this sandbox's ids see it: init attaches the tree as its overlay's lower layer.
+  ASSIGN_OR_RETURN(UniqueFd image_tree,
+                   idmapped_tree(image.rootfs, kSandboxIdBase, id_base, kSandboxIdCount));
+  const int tree_fd = image_tree.get();
+  RETURN_IF_ERROR(
+      protocol::send(init.channel.get(), protocol::to_json(setup), std::span(&tree_fd, 1)));
+  image_tree.reset();
   RETURN_IF_ERROR(
       with_context(expect_within(init.channel.get(), "userns", kSetupTimeout), starting));
-  // Inside ids 0..65535 are the host's kSandboxIdBase.. range; nothing maps to a real user.
-  const std::string map = fmt::format("0 {} {}\n", kSandboxIdBase, kSandboxIdCount);
+  // Inside ids 0..65535 are the sandbox's own host range; nothing maps to a real user.
+  const std::string map = fmt::format("0 {} {}\n", id_base, kSandboxIdCount);
   RETURN_IF_ERROR(write_control_file(fmt::format("/proc/{}/uid_map", init.pid), map));
   RETURN_IF_ERROR(write_control_file(fmt::format("/proc/{}/gid_map", init.pid), map));
   RETURN_IF_ERROR(cgroups_->enter_init(id, init.pid));
@@ -325,7 +339,7 @@ Result<LocalProvider::Running> LocalProvider::running(std::string_view id) const
 Result<void> LocalProvider::prepare(std::string_view id, const PrepareSpec& spec) {
   ASSIGN_OR_RETURN(auto sandbox, running(id));
   ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
-  const uint32_t owner = kSandboxIdBase + kSandboxUser;
+  const uint32_t owner = sandbox.record.id_base + kSandboxUser;
   for (const auto& directory : spec.directories) {
     ASSIGN_OR_RETURN(auto path, normalize_sandbox_path(directory, "/"));
     RETURN_IF_ERROR(files.make_directories(path, owner, owner));
@@ -540,7 +554,7 @@ Result<void> LocalProvider::write_file(std::string_view id, std::string_view pat
                    normalize_sandbox_path(path, fmt::format("/home/{}", kSandboxUserName)));
   ASSIGN_OR_RETURN(auto sandbox, running(id));
   ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
-  const uint32_t owner = kSandboxIdBase + kSandboxUser;
+  const uint32_t owner = sandbox.record.id_base + kSandboxUser;
   return files.write(normal, content, owner, owner);
 }
 
@@ -586,7 +600,9 @@ Result<void> LocalProvider::destroy(std::string_view id) {
   RETURN_IF_ERROR(cgroups_->remove_sandbox(id));
   // The subvolume takes the record, socket, log and writable layer with it.
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
-  return volume->remove(id, record ? record->qgroup : 0);
+  RETURN_IF_ERROR(volume->remove(id, record ? record->qgroup : 0));
+  if (record) state_.release_id_range(record->id_base);
+  return {};
 }
 
 Result<bool> LocalProvider::is_alive(std::string_view id) {

@@ -2,7 +2,8 @@
 // in length-prefixed frames over a unix socket, with file descriptors passed alongside.
 //
 // Setup, over a socketpair at fd 3 of a new init:
-//   host -> init  setup {rootfs paths, control socket path, user, directories, seccomp filter}
+//   host -> init  setup {layer paths, control socket path, user, directories, seccomp filter}
+//                 + fd [the image as an idmapped mount tree, for the overlay's lower layer]
 //   init -> host  userns      (mounts done, user namespace created: write its id maps now)
 //   host -> init  maps_written
 //   init -> host  ready | error {message}
@@ -65,7 +66,7 @@ struct CgroupMount {
 // The setup message: everything init needs to build the sandbox.
 struct Setup {
   std::string root_dir;        // empty directory to mount the root filesystem on
-  std::string lower_dir;       // the image's root filesystem (read-only layer)
+  std::string lower_dir;       // the image's root filesystem (sent as a tree; named in errors)
   std::string upper_dir;       // the sandbox's writable layer
   std::string work_dir;        // overlayfs work directory, same filesystem as upper_dir
   std::string control_socket;  // where init listens for exec requests (host path)

@@ -1,8 +1,16 @@
 #include "sandbox/local/state.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cctype>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
 
 #include "common/file_util.h"
+#include "common/unique_fd.h"
+#include "sandbox/local/image.h"
 
 namespace quarry::sandbox::local {
 namespace {
@@ -22,6 +30,7 @@ nlohmann::json to_json(const SandboxRecord& record) {
       {"init_pid", record.init_pid},
       {"init_start_time", record.init_start_time},
       {"qgroup", record.qgroup},
+      {"id_base", record.id_base},
       {"created_at_ms",
        std::chrono::duration_cast<std::chrono::milliseconds>(record.created_at.time_since_epoch())
            .count()},
@@ -42,6 +51,8 @@ Result<SandboxRecord> from_json(const nlohmann::json& json) {
     json.at("init_pid").get_to(record.init_pid);
     json.at("init_start_time").get_to(record.init_start_time);
     json.at("qgroup").get_to(record.qgroup);
+    // Records from before sandboxes had ranges of their own used the image's.
+    record.id_base = json.value("id_base", kSandboxIdBase);
     record.created_at = std::chrono::system_clock::time_point(
         std::chrono::milliseconds(json.at("created_at_ms").get<int64_t>()));
     return record;
@@ -116,6 +127,71 @@ Result<std::vector<SandboxRecord>> StateStore::list() const {
   std::sort(records.begin(), records.end(),
             [](const auto& a, const auto& b) { return a.created_at < b.created_at; });
   return records;
+}
+
+namespace {
+
+constexpr uint32_t kIdRanges = 16383;  // ranges above the image's: up to 2^31
+
+std::filesystem::path claim_path(const std::filesystem::path& state_dir, uint32_t base) {
+  return state_dir / "id-ranges" / std::to_string(base);
+}
+
+// Whether any process on the host runs with a real, effective, saved or filesystem uid in
+// [base, base + kSandboxIdCount): such a range is someone's, whatever the claims say.
+bool range_in_use(uint32_t base) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    auto status = read_file(entry.path() / "status");
+    if (!status) continue;  // gone meanwhile
+    auto line = status->find("\nUid:");
+    if (line == std::string::npos) continue;
+    std::istringstream ids(status->substr(line + 5, status->find('\n', line + 1) - line - 5));
+    for (uint64_t uid; ids >> uid;) {
+      if (uid >= base && uid < uint64_t{base} + kSandboxIdCount) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<uint32_t> StateStore::claim_id_range(std::string_view id) const {
+  RETURN_IF_ERROR(make_directories(state_dir_ / "id-ranges", 0700));
+  std::random_device random;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const uint32_t slot = 1 + random() % kIdRanges;
+    const uint32_t base = kSandboxIdBase + slot * kSandboxIdCount;
+    const auto path = claim_path(state_dir_, base);
+    UniqueFd claim(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!claim && errno == EEXIST) {
+      // Taken, unless the sandbox that took it is gone (its creator died half way).
+      auto owner = read_file(path);
+      if (!owner || !valid_sandbox_id(*owner) || std::filesystem::exists(sandbox_dir(*owner))) {
+        continue;
+      }
+      ::unlink(path.c_str());
+      claim.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      if (!claim) continue;
+    }
+    if (!claim) return errno_error("claiming host ids at '{}'", path.string());
+    if (range_in_use(base) ||
+        ::write(claim.get(), id.data(), id.size()) != static_cast<ssize_t>(id.size())) {
+      ::unlink(path.c_str());
+      continue;
+    }
+    return base;
+  }
+  return make_error(ErrorCode::kResourceExhausted,
+                    "no free host id range for a sandbox after 64 tries (see {})",
+                    (state_dir_ / "id-ranges").string());
+}
+
+void StateStore::release_id_range(uint32_t base) const {
+  if (base == kSandboxIdBase || base == 0) return;
+  ::unlink(claim_path(state_dir_, base).c_str());
 }
 
 }  // namespace quarry::sandbox::local

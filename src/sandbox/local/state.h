@@ -30,6 +30,8 @@ struct SandboxRecord {
   pid_t init_pid = 0;
   uint64_t init_start_time = 0;  // /proc/<pid>/stat field 22, to tell a reused pid apart
   uint64_t qgroup = 0;           // btrfs qgroup of the sandbox's subvolume
+  // The host id that root inside maps to; the sandbox's ids are this and the next 65535.
+  uint32_t id_base = 0;
   std::chrono::system_clock::time_point created_at;
 };
 
@@ -46,6 +48,14 @@ class StateStore {
   Result<SandboxRecord> load(std::string_view id) const;
   // Every complete record (sandboxes still being created are skipped).
   Result<std::vector<SandboxRecord>> list() const;
+
+  // A host id range of its own for sandbox `id`: kSandboxIdCount ids from the returned base,
+  // used by no other sandbox of any quarry process (each claim is a file <state>/id-ranges/
+  // <base> made with O_EXCL, naming its sandbox; a claim whose sandbox is gone is taken over)
+  // and by no process on the host. The image's own range (kSandboxIdBase) is never handed out.
+  Result<uint32_t> claim_id_range(std::string_view id) const;
+  // Gives the range back (missing is fine).
+  void release_id_range(uint32_t base) const;
 
  private:
   std::filesystem::path state_dir_;

@@ -13,10 +13,10 @@ using quarry::UniqueFd;
 
 namespace {
 
-Result<UniqueFd> contain(const protocol::Setup& setup, int channel) {
+Result<UniqueFd> contain(const protocol::Setup& setup, int image_tree, int channel) {
   RETURN_IF_ERROR(init::shield_from_oom_killer());
   RETURN_IF_ERROR(init::enter_cgroup_namespace());
-  RETURN_IF_ERROR(init::mount_root_filesystem(setup));
+  RETURN_IF_ERROR(init::mount_root_filesystem(setup, image_tree));
   RETURN_IF_ERROR(init::make_user_directories(setup));
   ASSIGN_OR_RETURN(UniqueFd listener, init::listen_for_host(setup.control_socket));
   RETURN_IF_ERROR(init::set_hostname(setup.hostname));
@@ -45,7 +45,13 @@ int main() {
     (void)protocol::send(channel, {{"type", "error"}, {"message", setup.error().message}});
     return 2;
   }
-  auto listener = contain(*setup, channel);
+  if (message->fds.size() != 1) {
+    (void)protocol::send(channel,
+                         {{"type", "error"}, {"message", "the setup came without the image"}});
+    return 2;
+  }
+  auto listener = contain(*setup, message->fds[0].get(), channel);
+  message->fds.clear();
   if (!listener) {
     (void)protocol::send(channel, {{"type", "error"}, {"message", listener.error().message}});
     return 1;

@@ -113,14 +113,20 @@ Result<void> mount_cgroups(const std::string& root, const protocol::Setup& setup
                   MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
 }
 
-// The overlay's options show in /proc/self/mountinfo inside, so its layers are named by links
-// in a directory beside the root ("lower", "upper", "work"), which the mount is made from: no
-// host path appears in them.
-Result<void> mount_overlay(const protocol::Setup& setup) {
+// The overlay's options show in /proc/self/mountinfo inside, so its layers are named from a
+// directory beside the root ("lower", "upper", "work"), which the mount is made from: no host
+// path appears in them. "lower" is where the image's idmapped tree (sent by the host) is
+// attached, "upper" and "work" are links.
+Result<void> mount_overlay(const protocol::Setup& setup, int image_tree) {
   const std::string layers = std::filesystem::path(setup.root_dir).parent_path() / "layers";
   RETURN_IF_ERROR(make_dir(layers, 0700));
-  const std::pair<const std::string*, const char*> links[] = {
-      {&setup.lower_dir, "lower"}, {&setup.upper_dir, "upper"}, {&setup.work_dir, "work"}};
+  const std::string lower = layers + "/lower";
+  RETURN_IF_ERROR(make_dir(lower, 0700));
+  if (::move_mount(image_tree, "", AT_FDCWD, lower.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    return errno_error("move_mount(the image '{}', '{}')", setup.lower_dir, lower);
+  }
+  const std::pair<const std::string*, const char*> links[] = {{&setup.upper_dir, "upper"},
+                                                              {&setup.work_dir, "work"}};
   for (const auto& [target, name] : links) {
     const std::string link = layers + "/" + name;
     ::unlink(link.c_str());
@@ -167,10 +173,10 @@ Result<void> mask_proc(const std::string& root) {
 
 }  // namespace
 
-Result<void> mount_root_filesystem(const protocol::Setup& setup) {
+Result<void> mount_root_filesystem(const protocol::Setup& setup, int image_tree) {
   // Nothing mounted below may propagate back to the host's mount namespace.
   RETURN_IF_ERROR(mount_fs(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, ""));
-  RETURN_IF_ERROR(mount_overlay(setup));
+  RETURN_IF_ERROR(mount_overlay(setup, image_tree));
   const std::string& root = setup.root_dir;
   RETURN_IF_ERROR(make_dir(root + "/proc", 0555));
   RETURN_IF_ERROR(mount_fs("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, ""));

@@ -19,8 +19,9 @@ Result<void> enter_cgroup_namespace();
 Result<void> shield_from_oom_killer();
 Result<void> offer_to_oom_killer();
 
-// mounts.cc: overlay root (image below, writable layer above), /proc, a minimal /dev.
-Result<void> mount_root_filesystem(const protocol::Setup& setup);
+// mounts.cc: overlay root (the image, as the idmapped tree `image_tree` the host sent, below;
+// the writable layer above), /proc, a minimal /dev.
+Result<void> mount_root_filesystem(const protocol::Setup& setup, int image_tree);
 // mounts.cc: the sandbox user's home and the configured directories, owned by that user.
 Result<void> make_user_directories(const protocol::Setup& setup);
 // mounts.cc: makes the new root '/' and detaches the host's filesystem.

@@ -1,0 +1,77 @@
+#include "sandbox/local/idmap.h"
+
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/file_util.h"
+
+namespace quarry::sandbox::local {
+namespace {
+
+// A user namespace whose ids [from, from + count) are the host's [to, to + count): made by a
+// child born in it, which waits on a pipe while its maps are written and its namespace opened,
+// then exits.
+Result<UniqueFd> mapping_namespace(uint32_t from, uint32_t to, uint32_t count) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return errno_error("pipe2");
+  UniqueFd wait_end(pipe_fds[0]), release_end(pipe_fds[1]);
+  // Raw clone: like fork, but the child starts in a new user namespace. It only reads and
+  // exits, which is safe in the child of a threaded process.
+  const long pid = ::syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, nullptr, nullptr, nullptr, 0);
+  if (pid < 0) return errno_error("clone(CLONE_NEWUSER)");
+  if (pid == 0) {
+    ::close(release_end.get());  // so that the parent closing its end is the end of the file
+    char byte;
+    (void)!::read(wait_end.get(), &byte, 1);
+    ::_exit(0);
+  }
+  auto done = [&] {
+    release_end.reset();
+    ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+  };
+  const std::string map = fmt::format("{} {} {}\n", from, to, count);
+  for (const char* file : {"uid_map", "gid_map"}) {
+    auto written = write_control_file(fmt::format("/proc/{}/{}", pid, file), map);
+    if (!written) {
+      done();
+      return std::unexpected(written.error());
+    }
+  }
+  const std::string path = fmt::format("/proc/{}/ns/user", pid);
+  UniqueFd ns(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const int open_errno = errno;
+  done();
+  if (!ns) {
+    errno = open_errno;
+    return errno_error("open '{}'", path);
+  }
+  return ns;
+}
+
+}  // namespace
+
+Result<UniqueFd> idmapped_tree(const std::filesystem::path& directory, uint32_t from, uint32_t to,
+                               uint32_t count) {
+  ASSIGN_OR_RETURN(UniqueFd ns, mapping_namespace(from, to, count));
+  UniqueFd tree(static_cast<int>(
+      ::syscall(SYS_open_tree, AT_FDCWD, directory.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+  if (!tree) return errno_error("open_tree('{}')", directory.string());
+  mount_attr attributes{};
+  attributes.attr_set = MOUNT_ATTR_IDMAP;
+  attributes.userns_fd = static_cast<uint64_t>(ns.get());
+  if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH, &attributes, sizeof attributes) !=
+      0) {
+    return errno_error(
+        "an idmapped mount of '{}' (needs Linux 5.12 and a filesystem that "
+        "supports it, e.g. ext4, btrfs or xfs)",
+        directory.string());
+  }
+  return tree;
+}
+
+}  // namespace quarry::sandbox::local
