@@ -1,12 +1,12 @@
 #include "sandbox/local/state.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
 #include "common/file_util.h"
 #include "common/unique_fd.h"
@@ -137,21 +137,19 @@ std::filesystem::path claim_path(const std::filesystem::path& state_dir, uint32_
   return state_dir / "id-ranges" / std::to_string(base);
 }
 
-// Whether any process on the host runs with a real, effective, saved or filesystem uid in
-// [base, base + kSandboxIdCount): such a range is someone's, whatever the claims say.
+// Whether any process on the host runs with an effective uid in [base, base + kSandboxIdCount)
+// (the owner of its /proc directory; one stat each, as this runs on every sandbox start): such
+// a range is someone's, whatever the claims say.
 bool range_in_use(uint32_t base) {
+  UniqueFd proc(::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!proc) return false;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    auto status = read_file(entry.path() / "status");
-    if (!status) continue;  // gone meanwhile
-    auto line = status->find("\nUid:");
-    if (line == std::string::npos) continue;
-    std::istringstream ids(status->substr(line + 5, status->find('\n', line + 1) - line - 5));
-    for (uint64_t uid; ids >> uid;) {
-      if (uid >= base && uid < uint64_t{base} + kSandboxIdCount) return true;
-    }
+    struct stat info {};
+    if (::fstatat(proc.get(), name.c_str(), &info, 0) != 0) continue;  // gone meanwhile
+    if (info.st_uid >= base && info.st_uid < uint64_t{base} + kSandboxIdCount) return true;
   }
   return false;
 }
