@@ -139,5 +139,44 @@ TEST(Protocol, SetupSurvivesTheTrip) {
   EXPECT_FALSE(setup_from_json({{"type", "setup"}}));
 }
 
+// A body of any shape is read without an exception: json::value() threw on an exec request
+// that was not an object, and init (PID 1, and with it the sandbox) would have died of it.
+TEST(Protocol, ReadsExecRequestsOfAnyShape) {
+  using nlohmann::json;
+  for (const json& body : {json::array({1}), json(7), json(nullptr), json{{"type", 3}}}) {
+    SCOPED_TRACE(body.dump());
+    EXPECT_EQ(message_type(body), "");
+    EXPECT_FALSE(exec_request_from_json(body));
+  }
+  EXPECT_EQ(message_type({{"type", "maps_written"}}), "maps_written");
+}
+
+TEST(Protocol, ExecRequestsSurviveTheTripAndMalformedOnesAreRefused) {
+  using nlohmann::json;
+  ExecRequest request{.argv = {"python3", "-c", "print(1)"}, .env = {"PATH=/usr/bin"}};
+  auto back = exec_request_from_json(to_json(request));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->argv, request.argv);
+  EXPECT_EQ(back->env, request.env);
+  EXPECT_FALSE(back->cwd);
+  request.cwd = "/home/sandbox/work";
+  back = exec_request_from_json(to_json(request));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->cwd, request.cwd);
+
+  for (const json& body : {
+           json{{"type", "exec"}, {"argv", json::array()}, {"env", json::array()}},
+           json{{"type", "exec"}, {"argv", {"ls", 1}}, {"env", json::array()}},
+           json{{"type", "exec"}, {"argv", "ls"}, {"env", json::array()}},
+           json{{"type", "exec"}, {"argv", {"ls"}}},
+           json{{"type", "exec"}, {"argv", {"ls"}}, {"env", json::array()}, {"cwd", 5}},
+       }) {
+    SCOPED_TRACE(body.dump());
+    auto refused = exec_request_from_json(body);
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().message.find("malformed exec request"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace quarry::sandbox::local::protocol

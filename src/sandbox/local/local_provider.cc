@@ -411,10 +411,11 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
   std::vector<int> fds = {stdout_write.get(), stderr_write.get()};
   for (const auto& fd : procs)
     fds.push_back(fd.get());
-  RETURN_IF_ERROR(protocol::send(
-      connection.get(),
-      {{"type", "exec"}, {"argv", request.argv}, {"env", environment(request)}, {"cwd", cwd}},
-      fds));
+  RETURN_IF_ERROR(
+      protocol::send(connection.get(),
+                     protocol::to_json(protocol::ExecRequest{
+                         .argv = request.argv, .env = environment(request), .cwd = cwd}),
+                     fds));
   // Only the command holds the write ends now, so EOF means it and its children are done.
   stdout_write.reset();
   stderr_write.reset();

@@ -137,6 +137,36 @@ Result<Message> receive(int socket, Deadline deadline) {
   return message;
 }
 
+std::string message_type(const nlohmann::json& body) {
+  if (!body.is_object()) return "";
+  auto type = body.find("type");
+  return type != body.end() && type->is_string() ? type->get<std::string>() : "";
+}
+
+nlohmann::json to_json(const ExecRequest& request) {
+  nlohmann::json body = {{"type", "exec"}, {"argv", request.argv}, {"env", request.env}};
+  if (request.cwd) body["cwd"] = *request.cwd;
+  return body;
+}
+
+Result<ExecRequest> exec_request_from_json(const nlohmann::json& body) {
+  if (message_type(body) != "exec") {
+    return make_error(ErrorCode::kInvalidArgument, "malformed exec request: not an exec message");
+  }
+  try {
+    ExecRequest request;
+    body.at("argv").get_to(request.argv);
+    body.at("env").get_to(request.env);
+    if (auto cwd = body.find("cwd"); cwd != body.end()) request.cwd = cwd->get<std::string>();
+    if (request.argv.empty()) {
+      return make_error(ErrorCode::kInvalidArgument, "malformed exec request: argv is empty");
+    }
+    return request;
+  } catch (const nlohmann::json::exception& error) {
+    return make_error(ErrorCode::kInvalidArgument, "malformed exec request: {}", error.what());
+  }
+}
+
 nlohmann::json to_json(const Setup& setup) {
   nlohmann::json cgroup_mounts = nlohmann::json::array();
   for (const auto& mount : setup.cgroup_mounts) {

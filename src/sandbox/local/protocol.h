@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,6 +53,22 @@ struct Reply {
   std::string message;  // error: what went wrong
 };
 Result<Reply> parse_reply(const nlohmann::json& body);
+
+// The "type" of a message, or "" when the body is not an object or has no string "type": a
+// peer may send any JSON, and a body of the wrong shape must be an error, not an exception.
+std::string message_type(const nlohmann::json& body);
+
+// exec: a command for init to start, as the host asks for it. init reads it with
+// exec_request_from_json, which refuses a request of the wrong shape before anything starts.
+// Every member has a default, so designated initializers may name only what they set.
+struct ExecRequest {
+  std::vector<std::string> argv{};   // not empty; argv[0] is looked up in env's PATH
+  std::vector<std::string> env{};    // "NAME=value"
+  std::optional<std::string> cwd{};  // unset: the sandbox user's home
+};
+
+nlohmann::json to_json(const ExecRequest& request);
+Result<ExecRequest> exec_request_from_json(const nlohmann::json& body);
 
 // A cgroup filesystem that init mounts read-only inside the sandbox (in its cgroup namespace,
 // so it shows the sandbox's own subtree): programs there, such as DuckDB and Rust's

@@ -37,7 +37,7 @@ void report(int fd, const std::string& text) {
 }
 
 // Runs in the forked child; never returns.
-[[noreturn]] void start_command(const nlohmann::json& request, std::vector<UniqueFd>& fds,
+[[noreturn]] void start_command(const protocol::ExecRequest& request, std::vector<UniqueFd>& fds,
                                 const protocol::Setup& setup) {
   const int stdout_fd = fds[0].get();
   const int stderr_fd = fds[1].get();
@@ -78,14 +78,14 @@ void report(int fd, const std::string& text) {
     report(STDERR_FILENO, fmt::format("switching to the sandbox user failed: {}", strerror(errno)));
     ::_exit(126);
   }
-  std::string cwd = request.value("cwd", setup.home);
+  const std::string& cwd = request.cwd ? *request.cwd : setup.home;
   if (::chdir(cwd.c_str()) != 0) {
     report(STDERR_FILENO, fmt::format("cannot change to directory '{}': {}", cwd, strerror(errno)));
     ::_exit(126);
   }
 
-  std::vector<std::string> argv_strings = request.at("argv").get<std::vector<std::string>>();
-  std::vector<std::string> env_strings = request.at("env").get<std::vector<std::string>>();
+  std::vector<std::string> argv_strings = request.argv;
+  std::vector<std::string> env_strings = request.env;
   std::vector<char*> argv;
   for (auto& arg : argv_strings)
     argv.push_back(arg.data());
@@ -156,10 +156,13 @@ class Server {
     auto fail = [&](const std::string& text) {
       (void)protocol::send(connection.get(), {{"type", "error"}, {"message", text}});
     };
-    const auto& body = message->body;
-    if (body.value("type", "") != "exec" || !body.contains("argv") || !body["argv"].is_array() ||
-        body["argv"].empty() || message->fds.size() < 2) {
-      fail("malformed exec request");
+    auto request = protocol::exec_request_from_json(message->body);
+    if (!request) {
+      fail(request.error().message);
+      return;
+    }
+    if (message->fds.size() < 2) {
+      fail("malformed exec request: no stdout and stderr descriptors");
       return;
     }
     const int64_t started = monotonic_ns();
@@ -168,14 +171,7 @@ class Server {
       fail(fmt::format("cannot start the command: fork failed: {}", strerror(errno)));
       return;
     }
-    if (pid == 0) {
-      try {
-        start_command(body, message->fds, setup_);
-      } catch (const std::exception& error) {
-        report(message->fds[1].get(), fmt::format("bad exec request: {}", error.what()));
-        ::_exit(126);
-      }
-    }
+    if (pid == 0) start_command(*request, message->fds, setup_);
     message->fds.clear();  // the command holds its own copies now
     // We only need to hear when the host hangs up: then the command is cancelled.
     watch(connection.get(), EPOLLRDHUP);

@@ -48,7 +48,7 @@ Result<void> enter_user_namespace(const protocol::Setup& setup, int setup_channe
   // Only a process in the parent namespace may write a map that is not just our own id.
   RETURN_IF_ERROR(protocol::send(setup_channel, {{"type", "userns"}}));
   ASSIGN_OR_RETURN(auto reply, protocol::receive(setup_channel));
-  if (reply.body.value("type", "") != "maps_written") {
+  if (protocol::message_type(reply.body) != "maps_written") {
     return make_error(ErrorCode::kInternal, "expected maps_written from the host, got {}",
                       reply.body.dump());
   }
