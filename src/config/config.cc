@@ -402,9 +402,9 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
   Config config;
   config.source = std::string(source);
   if (root.IsNull()) return config;  // an empty file means all defaults
-  RETURN_IF_ERROR(
-      walk.check_map(root, "", {"sandbox", "database", "conversations", "model", "server"}));
   try {
+    RETURN_IF_ERROR(
+        walk.check_map(root, "", {"sandbox", "database", "conversations", "model", "server"}));
     if (auto sandbox = root["sandbox"])
       RETURN_IF_ERROR(parse_sandbox(walk, sandbox, config.sandbox));
     if (auto database = root["database"])

@@ -20,7 +20,12 @@ Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path
   if (node.IsNull()) return {};
   if (!node.IsMap()) return fail(node, path, "must be a mapping of keys to values");
   for (const auto& entry : node) {
-    auto key = entry.first.as<std::string>();
+    // A key may be any node in YAML ("? [a, b]: c"); ours are names.
+    if (!entry.first.IsScalar()) {
+      return fail(entry.first, path.empty() ? "top level" : path,
+                  "has a key that is not a name (known keys here: {})", fmt::join(known, ", "));
+    }
+    const std::string& key = entry.first.Scalar();
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       std::string child = path.empty() ? key : fmt::format("{}.{}", path, key);
       return fail(entry.first, child, "unknown key (known keys here: {})", fmt::join(known, ", "));

@@ -182,6 +182,15 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"zero steps", "model:\n  max_steps: 0\n", "model.max_steps: 0 is out of range"},
       {"hot temperature", "model:\n  temperature: 3\n",
        "model.temperature: 3 is out of range (allowed: 0 to 2)"},
+      // Found by fuzz/config_fuzzer: a key that is not a name threw YAML::BadConversion out of
+      // parse_config (quarry ended with "terminate called ...").
+      {"list as a top-level key", "? [sandbox]\n: {}\n",
+       "config.yml:1: top level: has a key that is not a name (known keys here: sandbox, "
+       "database"},
+      {"map as a nested key", "conversations:\n  instance_id: local\n? {context: 1}\n: x\n",
+       "config.yml:3: top level: has a key that is not a name"},
+      {"list as a section key", "sandbox:\n  [resources]: {cpus: 1}\n",
+       "config.yml:2: sandbox: has a key that is not a name (known keys here: provider"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
