@@ -24,7 +24,16 @@ bool valid_host_name(std::string_view host) {
 
 bool is_ipv6(const std::string& host) {
   in6_addr address;
-  return ::inet_pton(AF_INET6, host.c_str(), &address) == 1;
+  // inet_pton reads up to the first NUL: "::1\0junk" must not pass as ::1.
+  return host.find('\0') == std::string::npos && ::inet_pton(AF_INET6, host.c_str(), &address) == 1;
+}
+
+// What a request line cannot carry as it is: white space, control bytes, and characters that
+// must be percent-encoded. Path and query go into "POST <target> HTTP/1.1" verbatim.
+bool needs_encoding(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](unsigned char c) {
+    return c <= ' ' || c == 0x7f || c == '"' || c == '<' || c == '>' || c == '\\';
+  });
 }
 
 }  // namespace
@@ -109,10 +118,11 @@ Result<Url> parse_url(std::string_view text) {
     url.query = std::string(after.substr(query_start + 1));
     after = after.substr(0, query_start);
   }
-  if (std::any_of(after.begin(), after.end(), [](unsigned char c) {
-        return c <= ' ' || c == 0x7f || c == '"' || c == '<' || c == '>' || c == '\\';
-      })) {
+  if (needs_encoding(after)) {
     return bad("the path has spaces or characters that must be percent-encoded");
+  }
+  if (needs_encoding(url.query)) {
+    return bad("the query has spaces or characters that must be percent-encoded");
   }
   url.path = std::string(after);
   while (!url.path.empty() && url.path.back() == '/')
