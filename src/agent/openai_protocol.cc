@@ -32,7 +32,7 @@ Result<std::string> content_text(const json& content) {
   if (content.is_array()) {
     std::string text;
     for (const auto& part : content) {
-      if (part.is_object() && part.value("type", "") == "text")
+      if (part.is_object() && string_or_empty(part, "type") == "text")
         text += string_or_empty(part, "text");
     }
     return text;

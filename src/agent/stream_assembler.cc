@@ -37,8 +37,13 @@ Result<void> StreamAssembler::add(const json& chunk, const TextHandler& on_text)
   if (!choices->is_array()) return malformed("\"choices\" is not a list");
   for (const auto& choice : *choices) {
     if (!choice.is_object()) return malformed("a choice is not an object");
-    // quarry asks for one choice; a server that sends more gets the first one heard.
-    if (choice.value("index", 0) != 0) continue;
+    // quarry asks for one choice; a server that sends more gets the first one heard. An absent
+    // or null index is that choice too.
+    if (auto index = choice.find("index"); index != choice.end() && !index->is_null()) {
+      if (!index->is_number())
+        return malformed("\"index\" is {}, not a number", index->type_name());
+      if (index->get<double>() != 0) continue;
+    }
     if (auto delta = choice.find("delta"); delta != choice.end() && !delta->is_null()) {
       if (!delta->is_object()) return malformed("\"delta\" is not an object");
       ASSIGN_OR_RETURN(auto text, optional_string(*delta, "content"));

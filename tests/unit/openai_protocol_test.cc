@@ -86,6 +86,16 @@ TEST(OpenAiProtocol, ReadsACompleteResponse) {
   EXPECT_NE(error.error().message.find("overloaded"), std::string::npos);
 }
 
+// Found while fixing what fuzz/stream_assembler_fuzzer found (its harness crashes on it too): a
+// content part whose "type" is not a string threw nlohmann's type_error.
+TEST(OpenAiProtocol, SkipsContentPartsOfAnyOtherShape) {
+  auto response = chat_response_from_json(json::parse(R"({"choices": [{"message": {
+    "role": "assistant", "content": [{"type": 5, "text": "no"}, {"type": null},
+                                     {"type": "text", "text": "yes"}]}}]})"));
+  ASSERT_TRUE(response) << response.error().message;
+  EXPECT_EQ(response->message.content, "yes");
+}
+
 TEST(OpenAiProtocol, FindsTheMessageInErrorBodies) {
   struct Case {
     const char* body;

@@ -113,6 +113,24 @@ TEST(StreamAssembler, ReportsErrorsAndMalformedChunks) {
   }
 }
 
+// Found by fuzz/stream_assembler_fuzzer: {"index": null} threw nlohmann's type_error out of
+// add(), which `quarry ask` does not catch.
+TEST(StreamAssembler, ReadsAChoiceIndexOfAnyTypeWithoutThrowing) {
+  auto with_index = [](json index) {
+    return json{{"choices", {{{"index", index}, {"delta", {{"content", "x"}}}}}}};
+  };
+  StreamAssembler assembler;
+  ASSERT_TRUE(assembler.add(with_index(nullptr), nullptr));  // null: the first choice
+  ASSERT_TRUE(assembler.add(with_index(1), nullptr));        // another choice: skipped
+  EXPECT_EQ(assembler.take().message.content, "x");
+  for (const json& index : {json("0"), json::array(), json::object()}) {
+    SCOPED_TRACE(index.dump());
+    auto result = StreamAssembler().add(with_index(index), nullptr);
+    ASSERT_FALSE(result);
+    EXPECT_NE(result.error().message.find("\"index\" is"), std::string::npos);
+  }
+}
+
 // The events of a real stream, split mid-line, through both parts.
 TEST(StreamAssembler, AssemblesAStreamSplitAnywhere) {
   std::string stream;
