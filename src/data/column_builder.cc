@@ -149,9 +149,11 @@ Result<void> ColumnBuilder::append_value(arrow::ArrayBuilder& builder, std::stri
       ASSIGN_OR_RETURN(int32_t days, date_to_unix_days(read_int32(value.data())));
       return append_to<arrow::Date32Builder>(builder, days);
     }
-    case ValueKind::kTime:
+    case ValueKind::kTime: {
       RETURN_IF_ERROR(check_length(value, 8));
-      return append_to<arrow::Time64Builder>(builder, read_int64(value.data()));
+      ASSIGN_OR_RETURN(int64_t micros, time_of_day_micros(read_int64(value.data())));
+      return append_to<arrow::Time64Builder>(builder, micros);
+    }
     case ValueKind::kTimestamp:
     case ValueKind::kTimestampTz: {
       RETURN_IF_ERROR(check_length(value, 8));

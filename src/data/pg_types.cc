@@ -246,4 +246,18 @@ Result<int64_t> timestamp_to_unix_micros(int64_t pg_micros) {
   return pg_micros + kEpochMicros;
 }
 
+Result<int64_t> time_of_day_micros(int64_t pg_micros) {
+  constexpr int64_t kDayMicros = int64_t{86400} * 1000000;
+  if (pg_micros == kDayMicros) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "has the time 24:00:00, which Parquet's time of day cannot hold (it ends "
+                      "at 23:59:59.999999); replace it in SQL or cast the column to text");
+  }
+  if (pg_micros < 0 || pg_micros > kDayMicros) {
+    return make_error(ErrorCode::kInternal, "has a time of {} microseconds, outside of a day",
+                      pg_micros);
+  }
+  return pg_micros;
+}
+
 }  // namespace quarry::data

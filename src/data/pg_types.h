@@ -92,4 +92,8 @@ std::string uuid_to_string(std::string_view value);
 Result<int32_t> date_to_unix_days(int32_t pg_days);
 Result<int64_t> timestamp_to_unix_micros(int64_t pg_micros);
 
+// Microseconds since midnight of a time value, checked to lie within the day (PostgreSQL's
+// 24:00:00 does not fit Arrow's and Parquet's time of day).
+Result<int64_t> time_of_day_micros(int64_t pg_micros);
+
 }  // namespace quarry::data

@@ -151,6 +151,32 @@ TEST(ColumnBuilder, DecodesScalarsAndNulls) {
   EXPECT_EQ(std::static_pointer_cast<arrow::DoubleArray>(doubles)->Value(0), 1.5);
 }
 
+// Found by fuzz/pg_types_fuzzer: a time outside the day went into the column as it was, an
+// Arrow array that fails validation. PostgreSQL itself sends one: 24:00:00.
+TEST(ColumnBuilder, RefusesTimesOutsideTheDay) {
+  constexpr int64_t kDay = int64_t{86400} * 1000000;
+  auto type = map_column({"t", oid::kTime, -1, "time without time zone"});
+  ASSERT_TRUE(type) << type.error().message;
+  auto builder = ColumnBuilder::make("t", *type);
+  ASSERT_TRUE(builder) << builder.error().message;
+  const std::string last = CopyStream::be64(kDay - 1);
+  ASSERT_TRUE((*builder)->append({last.data(), 8}));
+  const std::string midnight = CopyStream::be64(kDay);
+  auto refused = (*builder)->append({midnight.data(), 8});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.error().message.find("column 't' has the time 24:00:00"), std::string::npos)
+      << refused.error().message;
+  for (int64_t bad : {int64_t{-1}, int64_t{18738497672192}}) {  // the second: the fuzzer's
+    const std::string value = CopyStream::be64(bad);
+    EXPECT_FALSE((*builder)->append({value.data(), 8})) << bad;
+  }
+  auto array = (*builder)->finish();
+  ASSERT_TRUE(array) << array.error().message;
+  EXPECT_EQ((*array)->length(), 1);
+  EXPECT_TRUE((*array)->ValidateFull().ok());
+}
+
 TEST(ColumnBuilder, DecodesOneDimensionalArraysAsLists) {
   // int4[] '{1,NULL,3}': ndim 1, has nulls, element OID 23, size 3, lower bound 1, elements.
   const std::string array = CopyStream::be32(1) + CopyStream::be32(1) + CopyStream::be32(23) +
