@@ -117,8 +117,16 @@ Result<Reply> parse_reply(const Reader& read, const YAML::Node& node, const std:
       if (arguments_text) {
         ASSIGN_OR_RETURN(tool_call.arguments,
                          read.scalar(arguments_text, call_path + ".arguments_text"));
+      } else if (arguments) {
+        try {
+          tool_call.arguments = to_json(arguments).dump();
+        } catch (const json::type_error& error) {
+          // YAML takes any bytes, JSON text is UTF-8.
+          return read.fail(arguments, call_path + ".arguments", "cannot be sent as JSON: {}",
+                           error.what());
+        }
       } else {
-        tool_call.arguments = arguments ? to_json(arguments).dump() : "{}";
+        tool_call.arguments = "{}";
       }
       reply.tool_calls.push_back(std::move(tool_call));
     }
