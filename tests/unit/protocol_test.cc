@@ -139,6 +139,32 @@ TEST(Protocol, SetupSurvivesTheTrip) {
   EXPECT_FALSE(setup_from_json({{"type", "setup"}}));
 }
 
+// Found with fuzz/protocol_fuzzer's harness: json's get<uint32_t>() converts a float out of
+// range with undefined behaviour (UBSan: "1e+300 is outside the range of representable values
+// of type 'unsigned int'"), and wraps an integer out of range (-1 became 4294967295).
+TEST(Protocol, NumbersMustBeWholeAndInRange) {
+  using nlohmann::json;
+  const json setup = to_json(protocol::Setup{});
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+           {"user_id", 1e300},
+           {"user_id", -1},
+           {"group_id", 4294967296},
+           {"host_id_base", 0.5},
+           {"max_processes", "256"},
+           {"seccomp_filter", {1, 256}},
+           {"seccomp_filter", {1e300}},
+           {"seccomp_filter", 5},
+           {"cgroup_mounts", json::object()},
+       }) {
+    SCOPED_TRACE(key + " = " + value.dump());
+    json body = setup;
+    body[key] = value;
+    auto refused = setup_from_json(body);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::kInternal);
+  }
+}
+
 // A body of any shape is read without an exception: json::value() threw on an exec request
 // that was not an object, and init (PID 1, and with it the sandbox) would have died of it.
 TEST(Protocol, ReadsExecRequestsOfAnyShape) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <utility>
 
 namespace quarry::sandbox::local::protocol {
 namespace {
@@ -40,6 +42,22 @@ Result<void> read_exact(int socket, char* data, size_t size, Deadline deadline) 
     size -= static_cast<size_t>(n);
   }
   return {};
+}
+
+// A whole number of type T. json's get<T>() would also take a float, converting it with
+// undefined behaviour when it is out of T's range, and would wrap an integer that is: both
+// are refused here.
+template <typename T>
+Result<T> whole_number(const nlohmann::json& value, std::string_view what) {
+  if (value.is_number_unsigned() && std::in_range<T>(value.get<uint64_t>())) {
+    return static_cast<T>(value.get<uint64_t>());
+  }
+  if (value.is_number_integer() && std::in_range<T>(value.get<int64_t>())) {
+    return static_cast<T>(value.get<int64_t>());
+  }
+  return make_error(ErrorCode::kInternal, "{} is {}, not a whole number from {} to {}", what,
+                    value.is_number() ? value.dump() : value.type_name(),
+                    std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
 }
 
 }  // namespace
@@ -203,13 +221,26 @@ Result<Setup> setup_from_json(const nlohmann::json& body) {
     body.at("work_dir").get_to(setup.work_dir);
     body.at("control_socket").get_to(setup.control_socket);
     body.at("hostname").get_to(setup.hostname);
-    body.at("user_id").get_to(setup.user_id);
-    body.at("group_id").get_to(setup.group_id);
-    body.at("host_id_base").get_to(setup.host_id_base);
+    ASSIGN_OR_RETURN(setup.user_id,
+                     whole_number<uint32_t>(body.at("user_id"), "setup message: user_id"));
+    ASSIGN_OR_RETURN(setup.group_id,
+                     whole_number<uint32_t>(body.at("group_id"), "setup message: group_id"));
+    ASSIGN_OR_RETURN(setup.host_id_base, whole_number<uint32_t>(body.at("host_id_base"),
+                                                                "setup message: host_id_base"));
     body.at("home").get_to(setup.home);
     body.at("directories").get_to(setup.directories);
-    body.at("seccomp_filter").get_to(setup.seccomp_filter);
-    body.at("max_processes").get_to(setup.max_processes);
+    // Iterating a json that is not an array would visit the value itself.
+    if (!body.at("seccomp_filter").is_array() || !body.at("cgroup_mounts").is_array()) {
+      return make_error(ErrorCode::kInternal,
+                        "bad setup message: seccomp_filter and cgroup_mounts must be lists");
+    }
+    for (const auto& byte : body.at("seccomp_filter")) {
+      ASSIGN_OR_RETURN(auto value,
+                       whole_number<uint8_t>(byte, "setup message: a seccomp_filter byte"));
+      setup.seccomp_filter.push_back(value);
+    }
+    ASSIGN_OR_RETURN(setup.max_processes, whole_number<uint32_t>(body.at("max_processes"),
+                                                                 "setup message: max_processes"));
     for (const auto& mount : body.at("cgroup_mounts")) {
       setup.cgroup_mounts.push_back(
           {mount.at("type"), mount.at("options"), mount.at("target"), mount.at("aliases")});
