@@ -1,6 +1,7 @@
 #include "data/column_builder.h"
 
 #include <arrow/api.h>
+#include <arrow/util/utf8.h>
 
 #include <bit>
 
@@ -13,6 +14,18 @@ Result<void> check_length(std::string_view value, size_t expected) {
                       value.size(), expected);
   }
   return {};
+}
+
+// Arrow's and Parquet's strings are UTF-8, and readers refuse a file with other bytes in one. A
+// UTF8 database sends UTF-8, but a "char" holds any single byte, and a server in another
+// encoding (SQL_ASCII, LATIN1) sends its own.
+Result<void> check_utf8(std::string_view value) {
+  static const bool initialized = (arrow::util::InitializeUTF8(), true);
+  (void)initialized;
+  if (arrow::util::ValidateUTF8(value)) return {};
+  return make_error(ErrorCode::kInvalidArgument,
+                    "has text that is not UTF-8 (is the database in another encoding?); export "
+                    "it as bytes in SQL (::bytea) or convert it to UTF-8 (convert_from)");
 }
 
 template <typename Builder, typename... Args>
@@ -133,11 +146,13 @@ Result<void> ColumnBuilder::append_value(arrow::ArrayBuilder& builder, std::stri
                                      static_cast<uint64_t>(bits & ~uint64_t{0})));
     }
     case ValueKind::kText:
+      RETURN_IF_ERROR(check_utf8(value));
       return append_to<arrow::StringBuilder>(builder, value);
     case ValueKind::kJsonb:
       if (value.empty() || value[0] != 1) {
         return make_error(ErrorCode::kInternal, "has a jsonb value of an unknown version");
       }
+      RETURN_IF_ERROR(check_utf8(value.substr(1)));
       return append_to<arrow::StringBuilder>(builder, value.substr(1));
     case ValueKind::kUuid:
       RETURN_IF_ERROR(check_length(value, 16));

@@ -5,6 +5,8 @@
 #include <endian.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "data/column_builder.h"
 
 namespace quarry::data {
@@ -175,6 +177,35 @@ TEST(ColumnBuilder, RefusesTimesOutsideTheDay) {
   ASSERT_TRUE(array) << array.error().message;
   EXPECT_EQ((*array)->length(), 1);
   EXPECT_TRUE((*array)->ValidateFull().ok());
+}
+
+// Found by fuzz/pg_types_fuzzer: text that is not UTF-8 went into a string column as it was,
+// an Arrow array that fails validation and a Parquet file readers refuse. A "char" holds any
+// byte, and a server in another encoding sends its own.
+TEST(ColumnBuilder, RefusesTextThatIsNotUtf8) {
+  for (const auto& [type_oid, good, bad] :
+       std::vector<std::tuple<uint32_t, std::string, std::string>>{
+           {oid::kText, "Müller", "M\xfcller"},  // the second in LATIN1
+           {oid::kChar, "a", "\xc3"},            // one byte of 'é'
+           {oid::kJsonb, "\x01{\"a\": \"\xc3\xa9\"}", "\x01{\"a\": [1, \xff\xff}"},  // the fuzzer's
+       }) {
+    SCOPED_TRACE(type_oid);
+    auto type = map_column({"t", type_oid, -1, "text"});
+    ASSERT_TRUE(type) << type.error().message;
+    auto builder = ColumnBuilder::make("t", *type);
+    ASSERT_TRUE(builder) << builder.error().message;
+    ASSERT_TRUE((*builder)->append({good.data(), static_cast<int32_t>(good.size())}));
+    auto refused = (*builder)->append({bad.data(), static_cast<int32_t>(bad.size())});
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(refused.error().message.find("column 't' has text that is not UTF-8"),
+              std::string::npos)
+        << refused.error().message;
+    auto array = (*builder)->finish();
+    ASSERT_TRUE(array) << array.error().message;
+    EXPECT_EQ((*array)->length(), 1);
+    EXPECT_TRUE((*array)->ValidateFull().ok());
+  }
 }
 
 TEST(ColumnBuilder, DecodesOneDimensionalArraysAsLists) {
