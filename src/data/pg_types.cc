@@ -233,7 +233,13 @@ Result<int32_t> date_to_unix_days(int32_t pg_days) {
                       "has the date 'infinity', which Parquet cannot hold; filter it out or "
                       "replace it in SQL");
   }
-  return pg_days + kEpochDays;
+  // PostgreSQL's dates end in 5874897 AD, well within int32 from 1970; a corrupt value need not.
+  int32_t days = 0;
+  if (__builtin_add_overflow(pg_days, kEpochDays, &days)) {
+    return make_error(ErrorCode::kInternal, "has a date beyond PostgreSQL's ({} days after 2000)",
+                      pg_days);
+  }
+  return days;
 }
 
 Result<int64_t> timestamp_to_unix_micros(int64_t pg_micros) {
@@ -243,7 +249,15 @@ Result<int64_t> timestamp_to_unix_micros(int64_t pg_micros) {
                       "has the timestamp 'infinity', which Parquet cannot hold; filter it out or "
                       "replace it in SQL");
   }
-  return pg_micros + kEpochMicros;
+  // PostgreSQL's timestamps end in 294276 AD, which counted from 1970 instead of 2000 is past
+  // int64's end: the last 30 years of its range do not fit Arrow's timestamp[us].
+  int64_t micros = 0;
+  if (__builtin_add_overflow(pg_micros, kEpochMicros, &micros)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "has a timestamp after the year 294247, which Parquet cannot hold; filter "
+                      "it out or replace it in SQL");
+  }
+  return micros;
 }
 
 Result<int64_t> time_of_day_micros(int64_t pg_micros) {

@@ -153,6 +153,25 @@ TEST(PgTypes, DecodesUuidDatesAndTimestamps) {
   EXPECT_EQ(read_int64("\x00\x00\x00\x00\x00\x00\x01\x00"), 256);
 }
 
+// Found by fuzz/pg_types_fuzzer (UBSan: "signed integer overflow: 2147483392 + 10957"): moving
+// the epoch from 2000 to 1970 overflowed for dates near int32's end, and for timestamps that
+// PostgreSQL itself holds: '294276-12-31 23:59:59' is 9223371331199000000 us after 2000.
+TEST(PgTypes, DatesAndTimestampsThatDoNotFitAfterTheEpochMoves) {
+  EXPECT_FALSE(date_to_unix_days(2147483392));
+  EXPECT_FALSE(date_to_unix_days(std::numeric_limits<int32_t>::max() - 10957 + 1));
+  EXPECT_EQ(*date_to_unix_days(std::numeric_limits<int32_t>::max() - 10957),
+            std::numeric_limits<int32_t>::max());
+  auto late = timestamp_to_unix_micros(9223371331199000000);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(late.error().message.find("after the year 294247"), std::string::npos);
+  const int64_t last = std::numeric_limits<int64_t>::max() - 946684800000000;
+  EXPECT_EQ(*timestamp_to_unix_micros(last), std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(timestamp_to_unix_micros(last + 1));
+  EXPECT_EQ(*timestamp_to_unix_micros(std::numeric_limits<int64_t>::min() + 1),
+            std::numeric_limits<int64_t>::min() + 1 + 946684800000000);
+}
+
 TEST(PgTypes, JsonKindsKeepNumericAsText) {
   EXPECT_EQ(json_kind(oid::kInt8), JsonKind::kInteger);
   EXPECT_EQ(json_kind(oid::kFloat8), JsonKind::kFloat);
