@@ -82,6 +82,13 @@ Result<Scalar> scalar_type(const ColumnDescription& column, uint32_t type_oid, i
         precision = (modifier >> 16) & 0xffff;
         // The scale is an 11-bit signed number since PostgreSQL 15.
         scale = ((modifier & 0x7ff) ^ 1024) - 1024;
+        // PostgreSQL makes numeric(1) to numeric(1000); Arrow aborts the process on a decimal
+        // of no digits, so a server sending one must not get that far.
+        if (precision < 1) {
+          return make_error(ErrorCode::kInternal,
+                            "column '{}' has the type modifier {}, which no numeric has",
+                            column.name, column.type_modifier);
+        }
         if (precision > kMaxDecimalPrecision) {
           return make_error(ErrorCode::kInvalidArgument,
                             "column '{}' is {}, more digits than Parquet's decimals hold here "

@@ -94,6 +94,21 @@ std::string text_of(__int128 value) {
   return negative ? "-" + text : text;
 }
 
+// Found by fuzz/pg_types_fuzzer: a numeric type modifier of precision 0 reached
+// arrow::decimal128(0, 0), which aborts the process ("Check failed: ...
+// ValidateDecimalPrecision"). PostgreSQL makes no such type, but the modifier is the server's
+// word.
+TEST(PgTypes, RefusesANumericOfNoDigits) {
+  for (int32_t modifier : {4, 0xd004, numeric_modifier(0, 0)}) {
+    SCOPED_TRACE(modifier);
+    auto type = map_column(column(oid::kNumeric, modifier));
+    ASSERT_FALSE(type);
+    EXPECT_EQ(type.error().code, ErrorCode::kInternal);
+    EXPECT_NE(type.error().message.find("which no numeric has"), std::string::npos);
+  }
+  EXPECT_TRUE(map_column(column(oid::kNumeric, numeric_modifier(1, 0))));
+}
+
 TEST(PgTypes, DecodesNumericIntoUnscaledDecimals) {
   struct Case {
     const char* name;
