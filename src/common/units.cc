@@ -120,6 +120,11 @@ Result<Duration> parse_duration(std::string_view text) {
     rest.remove_prefix(unit_end);
     if (rest.empty()) break;
   }
+  // llround of a value past int64 is unspecified (on x86, the most negative number): a huge
+  // duration would become a negative one.
+  if (!(total_ms < 9.2e18)) {
+    return make_error(ErrorCode::kInvalidArgument, "'{}' is too long a duration", text);
+  }
   return Duration(std::llround(total_ms));
 }
 

@@ -52,6 +52,19 @@ TEST(ParseDuration, AcceptsCommonUnits) {
   EXPECT_FALSE(parse_duration("soon"));
 }
 
+// Found by fuzz/config_fuzzer's check that durations are not negative, with a hand-made input:
+// 200000000000d is past int64 milliseconds, and llround made it negative, which
+// server.shutdown_grace (zero allowed) accepted.
+TEST(ParseDuration, RefusesWhatMillisecondsCannotHold) {
+  for (const char* text : {"200000000000d", "9300000000000000000ms", "1d200000000000d"}) {
+    SCOPED_TRACE(text);
+    auto duration = parse_duration(text);
+    ASSERT_FALSE(duration);
+    EXPECT_NE(duration.error().message.find("too long a duration"), std::string::npos);
+  }
+  EXPECT_EQ(*parse_duration("100000000d"), std::chrono::hours(24) * 100000000);
+}
+
 TEST(FormatSize, IsReadable) {
   EXPECT_EQ(format_size(300), "300 B");
   EXPECT_EQ(format_size(kGiB), "1 GiB");
