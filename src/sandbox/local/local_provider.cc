@@ -42,15 +42,9 @@ double milliseconds_since(Clock::time_point start) {
 
 // Waits for one message of `type` from init, giving up after `timeout`.
 Result<void> expect_within(int socket, std::string_view type, std::chrono::milliseconds timeout) {
-  pollfd poll_fd{socket, POLLIN, 0};
-  int ready = ::poll(&poll_fd, 1, static_cast<int>(timeout.count()));
-  if (ready < 0) return errno_error("poll");
-  if (ready == 0) {
-    return make_error(ErrorCode::kDeadlineExceeded, "quarry-init did not answer within {} ms",
-                      timeout.count());
-  }
   ASSIGN_OR_RETURN(auto message,
-                   protocol::receive(socket, std::chrono::steady_clock::now() + timeout));
+                   with_context(protocol::receive(socket, Clock::now() + timeout),
+                                fmt::format("waiting {} ms for '{}'", timeout.count(), type)));
   ASSIGN_OR_RETURN(auto reply, protocol::parse_reply(message.body));
   if (reply.type == type) return {};
   if (reply.type == "error") return make_error(ErrorCode::kInternal, "{}", reply.message);
@@ -198,14 +192,14 @@ struct LocalProvider::Admission {
   }
 };
 
-Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(uint64_t disk_bytes) {
-  ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(const SandboxVolume& volume,
+                                                                       uint64_t disk_bytes) {
   ASSIGN_OR_RETURN(auto records, state_.list());
   std::lock_guard lock(volume_mutex_);
   uint64_t committed = admitting_bytes_;
   for (const auto& record : records)
     committed += record.resources.disk_bytes;
-  RETURN_IF_ERROR(volume->admit(committed, disk_bytes));
+  RETURN_IF_ERROR(volume.admit(committed, disk_bytes));
   admitting_bytes_ += disk_bytes;
   return std::make_unique<Admission>(*this, disk_bytes);
 }
@@ -221,7 +215,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   ASSIGN_OR_RETURN(auto definition, default_image_definition(config_));
   ASSIGN_OR_RETURN(auto image, images_.find(definition));
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
-  ASSIGN_OR_RETURN(auto admission, admit(spec.resources.disk_bytes));
+  ASSIGN_OR_RETURN(auto admission, admit(*volume, spec.resources.disk_bytes));
 
   // The sandbox's subvolume holds everything it has on disk, so it is made first; a random id
   // that is already taken is simply drawn again.
@@ -281,7 +275,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
     return state_.save(record);
   }();
   if (!saved) {
-    kill_and_reap(init.pidfd.get());
+    (void)kill_and_reap(init.pidfd.get());
     return std::unexpected(saved.error());
   }
   RETURN_IF_ERROR(cgroups_->enter_sandbox(id, init.pid));
@@ -587,15 +581,8 @@ Result<void> LocalProvider::destroy(std::string_view id) {
   if (record && record->init_pid > 0) {
     if (auto pidfd = open_process(record->init_pid, record->init_start_time)) {
       // Killing PID 1 of a pid namespace kills every process in it.
-      if (::syscall(SYS_pidfd_send_signal, pidfd->get(), SIGKILL, nullptr, 0) != 0 &&
-          errno != ESRCH) {
-        return errno_error("killing the init of sandbox {}", id);
-      }
-      pollfd poll_fd{pidfd->get(), POLLIN, 0};
-      if (::poll(&poll_fd, 1, 10'000) == 0) {
-        return make_error(ErrorCode::kInternal, "the init of sandbox {} survived SIGKILL", id);
-      }
-      reap(pidfd->get());
+      RETURN_IF_ERROR(with_context(kill_and_reap(pidfd->get()),
+                                   fmt::format("killing the init of sandbox {}", id)));
     }
   }
   RETURN_IF_ERROR(cgroups_->remove_sandbox(id));

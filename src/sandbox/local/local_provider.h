@@ -62,7 +62,7 @@ class LocalProvider final : public SandboxProvider {
   // recorded sandbox and those being created. The returned guard keeps the limit counted until
   // the sandbox is recorded (or its creation failed).
   struct Admission;
-  Result<std::unique_ptr<Admission>> admit(uint64_t disk_bytes);
+  Result<std::unique_ptr<Admission>> admit(const SandboxVolume& volume, uint64_t disk_bytes);
 
   SandboxConfig config_;
   LocalProviderOptions options_;

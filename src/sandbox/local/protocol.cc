@@ -23,7 +23,7 @@ Result<void> wait_readable(int socket, Deadline deadline) {
     if (ready < 0) return errno_error("poll");
     if (ready == 0) {
       return make_error(ErrorCode::kDeadlineExceeded,
-                        "quarry-init sent part of a message and then nothing");
+                        "quarry-init did not send a whole message in time");
     }
     return {};
   }
@@ -256,11 +256,9 @@ Result<Reply> parse_reply(const nlohmann::json& body) {
     return make_error(ErrorCode::kInternal, "quarry-init sent a malformed message ({}): {:.200}",
                       what, body.dump());
   };
-  if (!body.is_object()) return bad("not an object");
-  auto type = body.find("type");
-  if (type == body.end() || !type->is_string()) return bad("no type");
   Reply reply;
-  reply.type = type->get<std::string>();
+  reply.type = message_type(body);
+  if (reply.type.empty()) return bad("no type");
   if (reply.type == "userns" || reply.type == "ready") return reply;
   if (reply.type == "error") {
     auto message = body.find("message");

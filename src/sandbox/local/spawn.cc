@@ -151,11 +151,16 @@ void reap(int pidfd) {
   ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG);
 }
 
-void kill_and_reap(int pidfd) {
-  ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+Result<void> kill_and_reap(int pidfd) {
+  if (::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) != 0 && errno != ESRCH) {
+    return errno_error("pidfd_send_signal(SIGKILL)");
+  }
   pollfd poll_fd{pidfd, POLLIN, 0};
-  ::poll(&poll_fd, 1, 10'000);
+  if (::poll(&poll_fd, 1, 10'000) == 0) {
+    return make_error(ErrorCode::kInternal, "the process survived SIGKILL for 10 s");
+  }
   reap(pidfd);
+  return {};
 }
 
 void reap_exited(pid_t pid, uint64_t start_time) {

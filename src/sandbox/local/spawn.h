@@ -35,7 +35,7 @@ bool process_exited(int pidfd);
 void reap(int pidfd);
 
 // SIGKILLs the process, waits (up to 10 s) until it is gone and reaps it if it is our child.
-void kill_and_reap(int pidfd);
+Result<void> kill_and_reap(int pidfd);
 
 // Reaps the process that started at `start_time` as `pid` if it has exited and is our child:
 // a sandbox init that died on its own stays a zombie of its creator until then.

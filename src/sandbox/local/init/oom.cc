@@ -4,31 +4,15 @@
 // first choice, which needs no privilege (and makes them the first choice in a host-wide OOM
 // too, before quarry or PostgreSQL). init asks for -1000 as well, which takes CAP_SYS_RESOURCE:
 // a host that withholds it from root still has the commands' 1000.
-#include <fcntl.h>
 #include <sys/prctl.h>
-#include <unistd.h>
 
-#include <string_view>
-
-#include "common/unique_fd.h"
+#include "common/file_util.h"
 #include "sandbox/local/init/steps.h"
 
 namespace quarry::sandbox::local::init {
-namespace {
-
-Result<void> set_oom_score_adj(std::string_view value) {
-  UniqueFd file(::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC));
-  if (!file) return errno_error("open('/proc/self/oom_score_adj')");
-  if (::write(file.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
-    return errno_error("write('/proc/self/oom_score_adj', {})", value);
-  }
-  return {};
-}
-
-}  // namespace
 
 Result<void> shield_from_oom_killer() {
-  auto shielded = set_oom_score_adj("-1000");
+  auto shielded = write_control_file("/proc/self/oom_score_adj", "-1000");
   if (!shielded && shielded.error().code == ErrorCode::kPermissionDenied) return {};
   return shielded;
 }
@@ -38,7 +22,7 @@ Result<void> offer_to_oom_killer() {
   // and it cannot write its own score; it is about to switch users and exec, which set that
   // again, so it may be dumpable for this.
   if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) return errno_error("prctl(SET_DUMPABLE)");
-  return set_oom_score_adj("1000");
+  return write_control_file("/proc/self/oom_score_adj", "1000");
 }
 
 }  // namespace quarry::sandbox::local::init

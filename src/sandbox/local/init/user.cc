@@ -1,12 +1,11 @@
 // The sandbox's user namespace: root inside is an unprivileged id range outside.
-#include <fcntl.h>
 #include <grp.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <string_view>
 
-#include "common/unique_fd.h"
+#include "common/file_util.h"
 #include "sandbox/local/init/steps.h"
 
 namespace quarry::sandbox::local::init {
@@ -21,18 +20,6 @@ constexpr std::string_view kZeroLimits[] = {
     "max_inotify_instances", "max_inotify_watches", "max_fanotify_groups",
     "max_fanotify_marks",    "max_user_namespaces",
 };
-
-Result<void> write_limit(std::string_view name, std::string_view value) {
-  const std::string path = fmt::format("/proc/sys/user/{}", name);
-  UniqueFd file(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  // A kernel built without inotify or fanotify has no such limit to set.
-  if (!file && errno == ENOENT) return {};
-  if (!file) return errno_error("open('{}')", path);
-  if (::write(file.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
-    return errno_error("write('{}', {})", path, value);
-  }
-  return {};
-}
 
 }  // namespace
 
@@ -55,8 +42,11 @@ Result<void> enter_user_namespace(const protocol::Setup& setup, int setup_channe
   if (::setresgid(0, 0, 0) != 0) return errno_error("setresgid(0)");
   if (::setresuid(0, 0, 0) != 0) return errno_error("setresuid(0)");
   if (::setgroups(0, nullptr) != 0) return errno_error("setgroups([])");
-  for (std::string_view name : kZeroLimits)
-    RETURN_IF_ERROR(write_limit(name, "0"));
+  for (std::string_view name : kZeroLimits) {
+    auto set = write_control_file(fmt::format("/proc/sys/user/{}", name), "0");
+    // A kernel built without inotify or fanotify has no such limit to set.
+    if (!set && set.error().code != ErrorCode::kNotFound) return set;
+  }
   return {};
 }
 
