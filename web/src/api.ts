@@ -1,6 +1,11 @@
 // The one client of quarry's HTTP API. Its types come from the OpenAPI document
 // (generated/api.ts, made by build.mjs), so tsc checks this client against what the server
 // promises. Requests carry the session cookie; changes carry its CSRF token.
+//
+// Every request bypasses the browser's cache ("no-store"). The server's answers say no-store
+// too, but that comes too late for Firefox: it lets only one request at a time use the cache
+// entry of a URL, so a second tab following the same turn (or a reloaded page whose old page
+// still held the stream) waited for the first stream to end before its own request was sent.
 import type { components } from "./generated/api";
 
 type Schemas = components["schemas"];
@@ -62,6 +67,7 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
     headers: headers(method, body !== undefined),
     body: body === undefined ? undefined : JSON.stringify(body),
     credentials: "same-origin",
+    cache: "no-store",
   });
   if (!response.ok) throw await failure(response);
   if (response.status === 204) return undefined as T;
@@ -149,6 +155,7 @@ export async function startTurn(
     headers: headers("POST", true),
     body: JSON.stringify(what),
     credentials: "same-origin",
+    cache: "no-store",
     signal,
   });
   if (!response.ok) throw await failure(response);
@@ -165,7 +172,7 @@ export async function followEvents(
 ) {
   const response = await fetch(
     `/api/v1/conversations/${encodeURIComponent(conversation)}/events` + query({ after }),
-    { credentials: "same-origin", signal },
+    { credentials: "same-origin", cache: "no-store", signal },
   );
   if (!response.ok) throw await failure(response);
   await readEvents(response, onEvent);

@@ -17,6 +17,7 @@ export interface ConversationState {
 export class ConversationController {
   readonly state: Store<ConversationState>;
   private stream?: AbortController;
+  private open = true;
   private live?: TurnView;
   private history: TurnView[] = [];
 
@@ -31,6 +32,7 @@ export class ConversationController {
   async load() {
     try {
       const detail = await api.conversation(this.id);
+      if (!this.open) return;
       this.history = turnsFromHistory(detail);
       const running = this.history.find((turn) => turn.status === "running");
       if (running && !this.stream) {
@@ -68,8 +70,22 @@ export class ConversationController {
     }
   }
 
-  dispose() {
-    this.stream?.abort();
+  // The conversation is no longer shown (another was opened, or the page is being left): its
+  // stream is aborted and nothing more is requested. The turn goes on without us.
+  close() {
+    this.open = false;
+    const stream = this.stream;
+    this.stream = undefined;
+    stream?.abort();
+  }
+
+  // Shown again (the browser restored the page from its back-forward cache): picks the
+  // conversation up as it is now.
+  reopen() {
+    this.open = true;
+    this.live = undefined;
+    this.publish({ running: false });
+    void this.load();
   }
 
   private async begin(

@@ -54,12 +54,23 @@ export async function open(browser, options = {}) {
     acceptDownloads: true,
   });
   const page = await context.newPage();
+  watch(page, options);
+  return page;
+}
+
+// Another tab in `page`'s browser window: the same session, cookies and cache.
+export async function openTab(page, options = {}) {
+  const tab = await page.context().newPage();
+  watch(tab, options);
+  return tab;
+}
+
+function watch(page, options) {
   page.problems = [];
   const problem = (text) => isPlaywrightsOwn(text) || page.problems.push(text);
   page.on("console", (message) => message.type() === "error" && problem(message.text()));
   page.on("pageerror", (error) => problem(String(error)));
   page.setDefaultTimeout(options.timeout ?? 60_000);
-  return page;
 }
 
 // What a person sees: the window, scrolled to `element` (a locator) when one is given.

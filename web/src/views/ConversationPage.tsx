@@ -18,7 +18,16 @@ export function ConversationPage({ id }: { id: string }) {
 
   useEffect(() => {
     void controller.load();
-    return () => controller.dispose();
+    // A page being left must not start new requests when the browser aborts its stream.
+    const leave = () => controller.close();
+    const shown = (event: PageTransitionEvent) => event.persisted && controller.reopen();
+    addEventListener("pagehide", leave);
+    addEventListener("pageshow", shown);
+    return () => {
+      removeEventListener("pagehide", leave);
+      removeEventListener("pageshow", shown);
+      controller.close();
+    };
   }, [controller]);
 
   if (state.missing) {
