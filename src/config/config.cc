@@ -199,7 +199,34 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
     RETURN_IF_ERROR(parse_artifact_limits(walk, value, out.artifacts));
   }
   if (auto value = node["local"]) {
-    RETURN_IF_ERROR(walk.check_map(value, "sandbox.local", {"volume_size", "favordynmods"}));
+    RETURN_IF_ERROR(
+        walk.check_map(value, "sandbox.local", {"volume_size", "favordynmods", "disk_io"}));
+    if (auto io = value["disk_io"]) {
+      RETURN_IF_ERROR(walk.check_map(io, "sandbox.local.disk_io", {"read", "write", "iops"}));
+      auto& limits = out.local.disk_io;
+      if (auto read = io["read"]) {
+        ASSIGN_OR_RETURN(limits.read_bytes, walk.size(read, "sandbox.local.disk_io.read"));
+      }
+      if (auto write = io["write"]) {
+        ASSIGN_OR_RETURN(limits.write_bytes, walk.size(write, "sandbox.local.disk_io.write"));
+      }
+      if (auto iops = io["iops"]) {
+        ASSIGN_OR_RETURN(limits.iops,
+                         walk.count(iops, "sandbox.local.disk_io.iops", 0, 10'000'000));
+      }
+      // Below a few pages a second, starting Python alone would take minutes.
+      for (auto [rate, key] :
+           {std::pair{limits.read_bytes, "read"}, {limits.write_bytes, "write"}}) {
+        if (rate != 0 && rate < kMiB) {
+          return walk.fail(io[key], fmt::format("sandbox.local.disk_io.{}", key),
+                           "must be 0 (no limit) or at least 1MiB (per second)");
+        }
+      }
+      if (limits.iops != 0 && limits.iops < 100) {
+        return walk.fail(io["iops"], "sandbox.local.disk_io.iops",
+                         "must be 0 (no limit) or at least 100");
+      }
+    }
     if (auto flag = value["favordynmods"]) {
       ASSIGN_OR_RETURN(out.local.favordynmods, walk.boolean(flag, "sandbox.local.favordynmods"));
     }

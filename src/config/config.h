@@ -33,6 +33,13 @@ struct LocalProviderConfig {
   // Remount the host's cgroup2 with favordynmods, so that starting a sandbox or a command does
   // not wait for an RCU grace period (see sandbox/local/cgroup.h).
   bool favordynmods = true;
+  // Each sandbox's reads and writes on the volume, per second (0: no limit), so that one
+  // sandbox cannot take the disk that every sandbox shares.
+  struct DiskIo {
+    uint64_t read_bytes = 256 * kMiB;
+    uint64_t write_bytes = 128 * kMiB;
+    uint64_t iops = 4000;  // each of reads and writes
+  } disk_io;
 };
 
 // What the files an analysis writes may cost the host's artifact store: the sandbox writes

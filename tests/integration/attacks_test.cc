@@ -3,6 +3,7 @@
 // and what the host must still have afterwards. Add new ones here.
 #include <gtest/gtest.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -425,6 +426,80 @@ TEST(Attack, TwoSandboxesHaveDisjointHostIdRanges) {
   const std::string second_id = second.id();
   ASSERT_TRUE(environment.provider().destroy(second_id));
   EXPECT_FALSE(std::filesystem::exists(claims / std::to_string(bases[1])));
+}
+
+// One sandbox could take the disk every sandbox shares: nothing limited its reads and writes on
+// the volume. They are throttled now (here to 4 MiB/s each way) on the volume's device: reads
+// from it, and writes that go to it at once, wait their turn. (Writes the kernel flushes later
+// from the page cache are throttled on cgroup v2 only; v1 does not charge them to the cgroup.)
+TEST(Attack, DiskReadsAndWritesOnTheVolumeAreThrottled) {
+  auto& environment = SandboxEnvironment::get();
+  auto config = environment.config().sandbox;
+  config.local.disk_io = {.read_bytes = 4 * kMiB, .write_bytes = 4 * kMiB, .iops = 0};
+  auto throttled = sandbox::local::LocalProvider::open(
+      config, {environment.state_dir(), environment.cache_dir(), environment.init_binary()});
+  ASSERT_TRUE(throttled) << throttled.error().message;
+  auto made = (*throttled)->create(ScopedSandbox::default_spec());
+  ASSERT_TRUE(made) << made.error().message;
+  struct Destroy {
+    sandbox::local::LocalProvider& provider;
+    std::string id;
+    ~Destroy() { (void)provider.destroy(id); }
+  } destroy{**throttled, made->id};
+  auto dd = [&](const std::string& arguments) -> double {
+    sandbox::ExecRequest request;
+    request.argv = {"sh", "-c", "dd bs=1M count=6 " + arguments + " 2>&1"};
+    request.timeout = std::chrono::seconds(60);
+    auto result = (*throttled)->exec(made->id, request);
+    EXPECT_TRUE(result) << result.error().message;
+    if (!result) return 0;
+    EXPECT_EQ(result->exit_code, 0) << result->stdout_text;
+    return result->run_ms;
+  };
+  // 6 MiB at 4 MiB/s take 1.5 seconds each way; unthrottled they take milliseconds here.
+  EXPECT_GT(dd("if=/dev/zero of=/home/sandbox/big oflag=direct"), 1000);
+  EXPECT_GT(dd("if=/home/sandbox/big of=/dev/null iflag=direct"), 1000);
+}
+
+// Huge pages come from a pool the host sets aside, outside every memory limit: a sandbox could
+// take all of it. Where the host has the hugetlb controller, a sandbox may have none. The test
+// gives the host a pool of two pages for its duration, so that the refusal is the limit's.
+TEST(Attack, HugePagesAreRefusedInsideWhileTheHostHasThem) {
+  auto controllers = read_file("/proc/cgroups");
+  ASSERT_TRUE(controllers);
+  if (controllers->find("\nhugetlb\t") == std::string::npos) {
+    GTEST_SKIP() << "this kernel has no hugetlb controller";
+  }
+  const std::filesystem::path pool = "/proc/sys/vm/nr_hugepages";
+  auto before = read_file(pool);
+  ASSERT_TRUE(before) << before.error().message;
+  ASSERT_TRUE(write_control_file(pool, "2"));
+  struct Restore {
+    std::filesystem::path pool;
+    std::string value;
+    ~Restore() { (void)write_control_file(pool, value); }
+  } restore{pool, *before};
+  constexpr size_t kHugePage = 2 * 1024 * 1024;
+  void* host = ::mmap(nullptr, kHugePage, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+  ASSERT_NE(host, MAP_FAILED) << "the host itself gets no huge page: " << std::strerror(errno);
+  static_cast<char*>(host)[0] = 1;
+  ::munmap(host, kHugePage);
+
+  ScopedSandbox sandbox;
+  auto inside = python(sandbox.id(), R"(
+import mmap
+try:
+    page = mmap.mmap(-1, 2 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
+    page[0] = 1
+    print("allocated")
+except OSError as error:
+    print("refused:", error.strerror)
+)");
+  ASSERT_TRUE(inside) << inside.error().message;
+  EXPECT_EQ(inside->stdout_text.find("allocated"), std::string::npos) << inside->stdout_text;
+  EXPECT_NE(inside->stdout_text.find("refused"), std::string::npos)
+      << inside->stdout_text << inside->stderr_text;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/command.h"
 #include "common/file_util.h"
 #include "sandbox_environment.h"
 
@@ -231,7 +232,10 @@ TEST(Lifecycle, DestroyLeavesNothingBehind) {
   auto& environment = SandboxEnvironment::get();
   auto record = read_file(environment.state_dir() / "sandboxes" / id / "sandbox.json");
   ASSERT_TRUE(record);
-  const pid_t init = nlohmann::json::parse(*record)["init_pid"];
+  const auto fields = nlohmann::json::parse(*record);
+  const pid_t init = fields["init_pid"];
+  const uint64_t qgroup = fields["qgroup"];
+  const uint64_t id_base = fields["id_base"];
   ASSERT_TRUE(run(id, {"sh", "-c", "sleep 100 & echo started"}));
 
   ASSERT_TRUE(provider().destroy(id));
@@ -243,6 +247,21 @@ TEST(Lifecycle, DestroyLeavesNothingBehind) {
   }
   EXPECT_FALSE(std::filesystem::exists(fmt::format("/sys/fs/cgroup/quarry/{}", id)));
   EXPECT_FALSE(std::filesystem::exists(environment.state_dir() / "sandboxes" / id));
+  EXPECT_FALSE(
+      std::filesystem::exists(environment.state_dir() / "id-ranges" / std::to_string(id_base)));
+  // Its disk accounting too, once btrfs has cleaned the deleted subvolume up (a commit wakes
+  // its cleaner; without one that takes up to 30 s).
+  const auto volume = (environment.state_dir() / "sandboxes").string();
+  std::string qgroups;
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    ASSERT_TRUE(run_command({"btrfs", "filesystem", "sync", volume}));
+    auto shown = run_command({"btrfs", "qgroup", "show", "--raw", volume});
+    ASSERT_TRUE(shown) << shown.error().message;
+    qgroups = shown->output;
+    if (qgroups.find(fmt::format("0/{} ", qgroup)) == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_EQ(qgroups.find(fmt::format("0/{} ", qgroup)), std::string::npos) << qgroups;
   auto mounts = read_file("/proc/self/mountinfo");
   ASSERT_TRUE(mounts);
   EXPECT_EQ(mounts->find(id), std::string::npos);

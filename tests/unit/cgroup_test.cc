@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/sysmacros.h>
 
 #include <fstream>
 
@@ -49,6 +50,8 @@ TEST(CgroupDetection, HybridHostWithEmptyV2UsesV1) {
   auto driver = make_cgroup_driver(mounts);
   ASSERT_TRUE(driver) << driver.error().message;
   EXPECT_EQ((*driver)->version(), "v1");
+  // hugetlb, mounted in no v1 hierarchy, is limited in the unified one.
+  EXPECT_EQ((*driver)->optional_controllers(), std::vector<std::string>{"hugetlb (cgroup2)"});
 }
 
 TEST(CgroupDetection, UnifiedHostUsesV2) {
@@ -58,6 +61,7 @@ TEST(CgroupDetection, UnifiedHostUsesV2) {
   auto driver = make_cgroup_driver(mounts);
   ASSERT_TRUE(driver) << driver.error().message;
   EXPECT_EQ((*driver)->version(), "v2");
+  EXPECT_EQ((*driver)->optional_controllers(), std::vector<std::string>{"io"});
 }
 
 TEST(CgroupDetection, CoMountedCpuAndCpuacctWork) {
@@ -140,6 +144,16 @@ class FakeCgroupTree : public ::testing::Test {
 
   std::string read(const std::filesystem::path& path) { return *read_file(path); }
 
+  // One v1 hierarchy per controller, as a hybrid host mounts them.
+  CgroupV1Paths v1_paths() const {
+    CgroupV1Paths paths;
+    paths.memory = root_ / "memory";
+    paths.cpu = root_ / "cpu";
+    paths.cpuacct = root_ / "cpuacct";
+    paths.pids = root_ / "pids";
+    return paths;
+  }
+
   std::filesystem::path root_;
 };
 
@@ -160,7 +174,7 @@ TEST_F(FakeCgroupTree, V2CreateSetsLimitsAndDelegatesControllers) {
   make_cgroup(root_ / "quarry/sb1/init", files);
   auto driver = make_cgroup_v2(root_, "quarry");
 
-  ASSERT_TRUE(driver->create_sandbox("sb1", {512ull << 20, 1.5, 64}));
+  ASSERT_TRUE(driver->create_sandbox("sb1", {512ull << 20, 1.5, 64, {}}));
   EXPECT_EQ(read(root_ / "cgroup.subtree_control"), "+memory +cpu +pids");
   EXPECT_EQ(read(root_ / "quarry/cgroup.subtree_control"), "+memory +cpu +pids");
   EXPECT_EQ(read(root_ / "quarry/sb1/memory.max"), std::to_string(512ull << 20));
@@ -176,6 +190,76 @@ TEST_F(FakeCgroupTree, V2CreateSetsLimitsAndDelegatesControllers) {
   EXPECT_EQ(read(root_ / "quarry/sb1/cgroup.subtree_control"), "+memory +cpu +pids");
 }
 
+TEST_F(FakeCgroupTree, V2ThrottlesTheVolumeAndAllowsNoHugePages) {
+  const std::initializer_list<std::string> files = {"cgroup.subtree_control",
+                                                    "cgroup.procs",
+                                                    "memory.max",
+                                                    "cpu.max",
+                                                    "pids.max",
+                                                    "io.max",
+                                                    "hugetlb.2MB.max",
+                                                    "hugetlb.1GB.max",
+                                                    "hugetlb.2MB.rsvd.max",
+                                                    "hugetlb.2MB.current",
+                                                    "hugetlb.1GB.events"};
+  make_cgroup(root_, {"cgroup.subtree_control"});
+  make_cgroup(root_ / "quarry", files);
+  make_cgroup(root_ / "quarry/sb1", files);
+  make_cgroup(root_ / "quarry/sb1/init", {"cgroup.procs"});
+  auto driver = make_cgroup_v2(root_, "quarry", {"cpu", "io", "memory", "pids", "hugetlb"});
+  CgroupLimits limits{kGiB, 1, 64, {{makedev(7, 3), 256 * kMiB, 128 * kMiB, 4000, 0}}};
+  ASSERT_TRUE(driver->create_sandbox("sb1", limits));
+  EXPECT_EQ(read(root_ / "cgroup.subtree_control"), "+memory +cpu +pids +io +hugetlb");
+  EXPECT_EQ(read(root_ / "quarry/cgroup.subtree_control"), "+memory +cpu +pids +io +hugetlb");
+  EXPECT_EQ(read(root_ / "quarry/sb1/io.max"),
+            "7:3 rbps=268435456 wbps=134217728 riops=4000 wiops=max");
+  for (const char* file : {"hugetlb.2MB.max", "hugetlb.1GB.max", "hugetlb.2MB.rsvd.max"}) {
+    EXPECT_EQ(read(root_ / "quarry/sb1" / file), "0") << file;
+  }
+  EXPECT_EQ(read(root_ / "quarry/sb1/hugetlb.2MB.current"), "");
+  // Exec cgroups get what metering needs, nothing more.
+  ASSERT_TRUE(driver->enter_init("sb1", 4242));
+  EXPECT_EQ(read(root_ / "quarry/sb1/cgroup.subtree_control"), "+memory +cpu +pids");
+}
+
+TEST_F(FakeCgroupTree, V1ThrottlesWithBlkioAndLimitsHugetlbInTheUnifiedHierarchy) {
+  CgroupV1Paths paths = v1_paths();
+  paths.blkio = root_ / "blkio";
+  paths.unified_hugetlb = root_ / "unified";
+  make_cgroup(paths.memory / "quarry/sb1", {"cgroup.procs", "memory.limit_in_bytes"});
+  make_cgroup(paths.cpu / "quarry/sb1", {"cgroup.procs", "cpu.cfs_period_us", "cpu.cfs_quota_us"});
+  make_cgroup(paths.pids / "quarry/sb1", {"cgroup.procs", "pids.max"});
+  make_cgroup(paths.blkio / "quarry/sb1/init",
+              {"cgroup.procs", "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+               "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"});
+  make_cgroup(paths.unified_hugetlb, {"cgroup.subtree_control"});
+  make_cgroup(paths.unified_hugetlb / "quarry", {"cgroup.subtree_control"});
+  make_cgroup(paths.unified_hugetlb / "quarry/sb1",
+              {"cgroup.procs", "hugetlb.2MB.max", "hugetlb.2MB.rsvd.max"});
+  for (const auto& hierarchy :
+       {paths.memory, paths.cpu, paths.cpuacct, paths.pids, paths.unified_hugetlb}) {
+    make_cgroup(hierarchy / "quarry/sb1/init", {"cgroup.procs"});
+  }
+  auto driver = make_cgroup_v1(paths, "quarry");
+  EXPECT_EQ(driver->optional_controllers(),
+            (std::vector<std::string>{"blkio", "hugetlb (cgroup2)"}));
+  CgroupLimits limits{kGiB, 1, 64, {{makedev(7, 3), 256 * kMiB, 0, 4000, 4000}}};
+  ASSERT_TRUE(driver->create_sandbox("sb1", limits));
+  auto blkio = paths.blkio / "quarry/sb1/init";  // v1 throttling is not hierarchical
+  EXPECT_EQ(read(blkio / "blkio.throttle.read_bps_device"), "7:3 268435456");
+  EXPECT_EQ(read(blkio / "blkio.throttle.write_bps_device"), "");  // 0: no limit
+  EXPECT_EQ(read(blkio / "blkio.throttle.read_iops_device"), "7:3 4000");
+  EXPECT_EQ(read(blkio / "blkio.throttle.write_iops_device"), "7:3 4000");
+  EXPECT_EQ(read(paths.unified_hugetlb / "cgroup.subtree_control"), "+hugetlb");
+  EXPECT_EQ(read(paths.unified_hugetlb / "quarry/cgroup.subtree_control"), "+hugetlb");
+  EXPECT_EQ(read(paths.unified_hugetlb / "quarry/sb1/hugetlb.2MB.max"), "0");
+  EXPECT_EQ(read(paths.unified_hugetlb / "quarry/sb1/hugetlb.2MB.rsvd.max"), "0");
+  // init is in the sandbox's cgroup of every hierarchy, the unified one too.
+  ASSERT_TRUE(driver->enter_init("sb1", 77));
+  EXPECT_EQ(read(paths.blkio / "quarry/sb1/init/cgroup.procs"), "77");
+  EXPECT_EQ(read(paths.unified_hugetlb / "quarry/sb1/init/cgroup.procs"), "77");
+}
+
 TEST_F(FakeCgroupTree, V2ReadsExecCountersFromTheExecCgroup) {
   make_cgroup(root_ / "quarry/sb1/exec-1",
               {"cgroup.procs", "memory.peak", "memory.events", "cpu.stat", "memory.max", "cpu.max"},
@@ -183,7 +267,7 @@ TEST_F(FakeCgroupTree, V2ReadsExecCountersFromTheExecCgroup) {
                {"memory.events", "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n"},
                {"cpu.stat", "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n"}});
   auto driver = make_cgroup_v2(root_, "quarry");
-  auto fds = driver->create_exec("sb1", "exec-1", {256ull << 20, 0.5, 64});
+  auto fds = driver->create_exec("sb1", "exec-1", {256ull << 20, 0.5, 64, {}});
   ASSERT_TRUE(fds) << fds.error().message;
   EXPECT_EQ(fds->size(), 1u);
   // The sandbox's limits are repeated where the exec's processes look for them.
@@ -197,7 +281,7 @@ TEST_F(FakeCgroupTree, V2ReadsExecCountersFromTheExecCgroup) {
 }
 
 TEST_F(FakeCgroupTree, V1CreateWritesEachHierarchy) {
-  CgroupV1Paths paths{root_ / "memory", root_ / "cpu", root_ / "cpuacct", root_ / "pids", {}};
+  CgroupV1Paths paths = v1_paths();
   make_cgroup(paths.memory / "quarry/sb1", {"cgroup.procs", "memory.limit_in_bytes",
                                             "memory.memsw.limit_in_bytes", "memory.swappiness"});
   make_cgroup(paths.cpu / "quarry/sb1", {"cgroup.procs", "cpu.cfs_period_us", "cpu.cfs_quota_us"});
@@ -207,7 +291,7 @@ TEST_F(FakeCgroupTree, V1CreateWritesEachHierarchy) {
     make_cgroup(hierarchy / "quarry/sb1/init", {"cgroup.procs"});
   }
   auto driver = make_cgroup_v1(paths, "quarry");
-  ASSERT_TRUE(driver->create_sandbox("sb1", {kGiB, 0.5, 100}));
+  ASSERT_TRUE(driver->create_sandbox("sb1", {kGiB, 0.5, 100, {}}));
   EXPECT_EQ(read(paths.memory / "quarry/sb1/memory.limit_in_bytes"), std::to_string(kGiB));
   EXPECT_EQ(read(paths.memory / "quarry/sb1/memory.memsw.limit_in_bytes"), std::to_string(kGiB));
   EXPECT_EQ(read(paths.memory / "quarry/sb1/memory.swappiness"), "0");
@@ -221,7 +305,7 @@ TEST_F(FakeCgroupTree, V1CreateWritesEachHierarchy) {
 }
 
 TEST_F(FakeCgroupTree, V1ExecCgroupsAreInMemoryAndCpuacct) {
-  CgroupV1Paths paths{root_ / "memory", root_ / "cpu", root_ / "cpuacct", root_ / "pids", {}};
+  CgroupV1Paths paths = v1_paths();
   make_cgroup(
       paths.memory / "quarry/sb1/exec-1",
       {"cgroup.procs", "memory.max_usage_in_bytes", "memory.oom_control", "memory.limit_in_bytes"},
@@ -232,7 +316,7 @@ TEST_F(FakeCgroupTree, V1ExecCgroupsAreInMemoryAndCpuacct) {
   make_cgroup(paths.cpu / "quarry/sb1/exec-1",
               {"cgroup.procs", "cpu.cfs_period_us", "cpu.cfs_quota_us"});
   auto driver = make_cgroup_v1(paths, "quarry");
-  auto fds = driver->create_exec("sb1", "exec-1", {kGiB, 2, 64});
+  auto fds = driver->create_exec("sb1", "exec-1", {kGiB, 2, 64, {}});
   ASSERT_TRUE(fds) << fds.error().message;
   EXPECT_EQ(fds->size(), 3u);  // memory, cpuacct, cpu
   EXPECT_EQ(read(paths.memory / "quarry/sb1/exec-1/memory.limit_in_bytes"), std::to_string(kGiB));

@@ -46,6 +46,10 @@ TEST(Config, TheReadmesExampleIsAcceptedAndHoldsTheDefaults) {
   ASSERT_TRUE(defaults);
   EXPECT_EQ(example->sandbox.resources.memory_bytes, defaults->sandbox.resources.memory_bytes);
   EXPECT_EQ(example->sandbox.exec_timeout, defaults->sandbox.exec_timeout);
+  EXPECT_EQ(example->sandbox.local.disk_io.read_bytes, defaults->sandbox.local.disk_io.read_bytes);
+  EXPECT_EQ(example->sandbox.local.disk_io.write_bytes,
+            defaults->sandbox.local.disk_io.write_bytes);
+  EXPECT_EQ(example->sandbox.local.disk_io.iops, defaults->sandbox.local.disk_io.iops);
   EXPECT_EQ(example->database.port, defaults->database.port);
   EXPECT_EQ(example->model.base_url, defaults->model.base_url);
   EXPECT_EQ(example->server.listen, defaults->server.listen);
@@ -125,6 +129,12 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"system dir", "sandbox:\n  data_dir: /proc/data\n", "inside the system directory /proc"},
       {"same dirs", "sandbox:\n  data_dir: /x\n  output_dir: /x\n",
        "must differ from sandbox.data_dir"},
+      {"disk io too slow", "sandbox:\n  local:\n    disk_io: {read: 4KiB}\n",
+       "config.yml:3: sandbox.local.disk_io.read: must be 0 (no limit) or at least 1MiB"},
+      {"disk io iops", "sandbox:\n  local:\n    disk_io: {iops: 10}\n",
+       "sandbox.local.disk_io.iops: must be 0 (no limit) or at least 100"},
+      {"disk io key", "sandbox:\n  local:\n    disk_io: {reads: 1GiB}\n",
+       "sandbox.local.disk_io.reads: unknown key (known keys here: read, write, iops)"},
       {"zero timeout", "sandbox:\n  exec_timeout: 0s\n",
        "sandbox.exec_timeout: must be longer than zero"},
       {"bad duration", "sandbox:\n  idle_timeout: a while\n", "sandbox.idle_timeout:"},

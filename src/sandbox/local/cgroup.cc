@@ -87,7 +87,7 @@ Result<std::unique_ptr<CgroupDriver>> make_cgroup_driver(const std::vector<Cgrou
   for (const auto& mount : mounts) {
     if (mount.unified && has(mount.controllers, "memory") && has(mount.controllers, "cpu") &&
         has(mount.controllers, "pids")) {
-      return make_cgroup_v2(mount.mount_point, std::string(parent));
+      return make_cgroup_v2(mount.mount_point, std::string(parent), mount.controllers);
     }
   }
   auto v1_root = [&](std::string_view controller) -> std::filesystem::path {
@@ -96,9 +96,19 @@ Result<std::unique_ptr<CgroupDriver>> make_cgroup_driver(const std::vector<Cgrou
     }
     return {};
   };
-  CgroupV1Paths paths{v1_root("memory"), v1_root("cpu"), v1_root("cpuacct"), v1_root("pids"), {}};
+  CgroupV1Paths paths{.memory = v1_root("memory"),
+                      .cpu = v1_root("cpu"),
+                      .cpuacct = v1_root("cpuacct"),
+                      .pids = v1_root("pids"),
+                      .blkio = v1_root("blkio"),
+                      .hugetlb = v1_root("hugetlb"),
+                      .unified_hugetlb = {},
+                      .controllers = {}};
   for (const auto& mount : mounts) {
     if (!mount.unified) paths.controllers[mount.mount_point] = mount.controllers;
+    if (mount.unified && paths.hugetlb.empty() && has(mount.controllers, "hugetlb")) {
+      paths.unified_hugetlb = mount.mount_point;
+    }
   }
   std::vector<std::string_view> missing;
   if (paths.memory.empty()) missing.push_back("memory");
@@ -251,6 +261,22 @@ Result<void> remove_tree(const std::filesystem::path& directory) {
     if (errno != EBUSY || attempt >= 2000) return errno_error("rmdir '{}'", directory.string());
     std::this_thread::sleep_for(std::chrono::microseconds(100 + 50 * std::min(attempt, 40)));
   }
+}
+
+Result<void> write_each(const std::filesystem::path& directory, std::string_view prefix,
+                        std::string_view suffix, std::string_view value) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename();
+    if (name.size() > prefix.size() + suffix.size() && name.starts_with(prefix) &&
+        name.ends_with(suffix)) {
+      RETURN_IF_ERROR(write_control_file(entry.path(), value));
+    }
+  }
+  if (error)
+    return make_error(ErrorCode::kInternal, "listing '{}': {}", directory.string(),
+                      error.message());
+  return {};
 }
 
 }  // namespace cgroup_files

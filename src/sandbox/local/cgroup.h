@@ -3,7 +3,9 @@
 // controller quarry needs.
 //
 // Layout (the same shape in each hierarchy):
-//   <root>/quarry/<sandbox>/          limits: memory (no swap), cpu quota, pids
+//   <root>/quarry/<sandbox>/          limits: memory (no swap), cpu quota, pids; where the
+//                                     host has the controllers, io on the sandbox volume and
+//                                     hugetlb (0: no huge pages)
 //   <root>/quarry/<sandbox>/init      the sandbox's init process
 //   <root>/quarry/<sandbox>/<exec>    one exec's process tree: peak memory, OOM kills, CPU time
 #pragma once
@@ -24,10 +26,24 @@
 
 namespace quarry::sandbox::local {
 
+// Throttling of reads and writes on one block device; 0 is no limit.
+struct IoLimit {
+  dev_t device = 0;
+  uint64_t read_bps = 0;
+  uint64_t write_bps = 0;
+  uint64_t read_iops = 0;
+  uint64_t write_iops = 0;
+};
+
 struct CgroupLimits {
   uint64_t memory_bytes = 0;
   double cpus = 1.0;
   uint32_t pids = 0;
+  // Set on the sandbox's cgroup (not repeated on exec cgroups) where the io controller (v2) or
+  // blkio (v1) is available. On v1, writes the kernel writes back later from the page cache are
+  // not charged to the cgroup: only direct writes and reads are throttled there. (fsync in a
+  // sandbox writes nothing back: its overlay is mounted with fsync=volatile.)
+  std::vector<IoLimit> io;
 };
 
 // Per-exec measurements read from the exec's own cgroup.
@@ -74,6 +90,8 @@ class CgroupDriver {
   virtual Result<uint64_t> memory_usage(std::string_view sandbox) const = 0;
   // What init should mount at /sys/fs/cgroup inside the sandbox.
   virtual std::vector<protocol::CgroupMount> sandbox_mounts() const = 0;
+  // The controllers in use beyond memory, cpu and pids: "io" or "blkio", "hugetlb" (for logs).
+  virtual std::vector<std::string> optional_controllers() const = 0;
 };
 
 // A cgroup filesystem mount, as read from /proc/self/mountinfo.
@@ -90,7 +108,9 @@ std::vector<CgroupMount> parse_cgroup_mounts(std::string_view mountinfo);
 
 // Picks v2 when the unified hierarchy has memory, cpu and pids, else v1 when each of memory,
 // cpu, cpuacct and pids is mounted as a v1 hierarchy (this is what a hybrid host gives), else an
-// error naming what is missing. `mounts` must have v2 controllers filled in.
+// error naming what is missing. `mounts` must have v2 controllers filled in. io (blkio on v1)
+// and hugetlb are used where there: on a hybrid host, hugetlb may be left to the unified
+// hierarchy, whose cgroups the v1 driver then makes beside the others.
 Result<std::unique_ptr<CgroupDriver>> make_cgroup_driver(const std::vector<CgroupMount>& mounts,
                                                          std::string_view parent = "quarry");
 
@@ -113,9 +133,14 @@ struct Remount {
 std::optional<Remount> favordynmods_remount(const CgroupMount& mount);
 
 // Drivers over explicit directories, for hosts and for tests on a fake tree.
-std::unique_ptr<CgroupDriver> make_cgroup_v2(std::filesystem::path root, std::string parent);
+// `controllers`: what the root's cgroup.controllers lists (memory, cpu and pids are assumed).
+std::unique_ptr<CgroupDriver> make_cgroup_v2(std::filesystem::path root, std::string parent,
+                                             std::vector<std::string> controllers = {});
 struct CgroupV1Paths {
   std::filesystem::path memory, cpu, cpuacct, pids;
+  // Optional, empty when absent: the blkio and hugetlb hierarchies, and a cgroup2 root whose
+  // cgroup.controllers has hugetlb (a hybrid host's unified hierarchy) when no v1 one does.
+  std::filesystem::path blkio, hugetlb, unified_hugetlb;
   // The controllers of each hierarchy above, by mount point: mounting a v1 hierarchy again
   // (inside a sandbox) must name exactly its controllers.
   std::map<std::filesystem::path, std::vector<std::string>> controllers;
@@ -137,6 +162,10 @@ std::vector<std::string> exec_children(const std::filesystem::path& directory);
 // rmdir of a cgroup directory and its children, deepest first; retries while the kernel is
 // still releasing exiting processes. Missing is fine.
 Result<void> remove_tree(const std::filesystem::path& directory);
+// Writes `value` to every file of `directory` named <prefix><anything><suffix>: one per huge
+// page size, e.g. hugetlb.2MB.max.
+Result<void> write_each(const std::filesystem::path& directory, std::string_view prefix,
+                        std::string_view suffix, std::string_view value);
 }  // namespace cgroup_files
 
 }  // namespace quarry::sandbox::local

@@ -1,8 +1,10 @@
 // cgroup v1 (one hierarchy per controller, as on hybrid hosts): limits with
-// memory.limit_in_bytes, cpu.cfs_quota_us and pids.max; per-exec metering with
-// memory.max_usage_in_bytes, memory.oom_control and cpuacct.usage.
+// memory.limit_in_bytes, cpu.cfs_quota_us and pids.max, and where mounted blkio.throttle.* and
+// hugetlb.<size>.limit_in_bytes (or hugetlb.<size>.max in a hybrid host's unified hierarchy);
+// per-exec metering with memory.max_usage_in_bytes, memory.oom_control and cpuacct.usage.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,8 +24,9 @@ class CgroupV1 final : public CgroupDriver {
   CgroupV1(CgroupV1Paths roots, std::string parent) : roots_(std::move(roots)), parent_(parent) {
     // cpu and cpuacct are often mounted together ("cpu,cpuacct"); touch each hierarchy once.
     std::set<std::filesystem::path> seen;
-    for (const auto& root : {roots_.memory, roots_.cpu, roots_.cpuacct, roots_.pids}) {
-      if (seen.insert(root).second) hierarchies_.push_back(root);
+    for (const auto& root : {roots_.memory, roots_.cpu, roots_.cpuacct, roots_.pids, roots_.blkio,
+                             roots_.hugetlb, roots_.unified_hugetlb}) {
+      if (!root.empty() && seen.insert(root).second) hierarchies_.push_back(root);
     }
     // Exec cgroups: memory and cpuacct measure the exec; memory and cpu repeat the sandbox's
     // limits where the exec's own processes look for them.
@@ -37,15 +40,52 @@ class CgroupV1 final : public CgroupDriver {
 
   std::string_view version() const override { return "v1"; }
 
+  std::vector<std::string> optional_controllers() const override {
+    std::vector<std::string> controllers;
+    if (!roots_.blkio.empty()) controllers.emplace_back("blkio");
+    if (!roots_.hugetlb.empty()) controllers.emplace_back("hugetlb");
+    if (!roots_.unified_hugetlb.empty()) controllers.emplace_back("hugetlb (cgroup2)");
+    return controllers;
+  }
+
   Result<void> create_sandbox(std::string_view sandbox, const CgroupLimits& limits) override {
+    RETURN_IF_ERROR(ensure_unified_parent());
     for (const auto& root : hierarchies_) {
       RETURN_IF_ERROR(make_cgroup(root / parent_));
       RETURN_IF_ERROR(make_cgroup(root / parent_ / sandbox));
       RETURN_IF_ERROR(make_cgroup(root / parent_ / sandbox / "init"));
     }
     RETURN_IF_ERROR(set_limits(std::filesystem::path(parent_) / sandbox, limits));
-    return write_control_file(roots_.pids / parent_ / sandbox / "pids.max",
-                              std::to_string(limits.pids));
+    RETURN_IF_ERROR(write_control_file(roots_.pids / parent_ / sandbox / "pids.max",
+                                       std::to_string(limits.pids)));
+    if (!roots_.blkio.empty()) {
+      // v1 throttles each cgroup by its own rules only, not its parent's: the rules go where
+      // the sandbox's processes are (exec cgroups are not made in this hierarchy).
+      auto blkio = roots_.blkio / parent_ / sandbox / "init";
+      for (const auto& limit : limits.io) {
+        const std::pair<const char*, uint64_t> throttles[] = {
+            {"blkio.throttle.read_bps_device", limit.read_bps},
+            {"blkio.throttle.write_bps_device", limit.write_bps},
+            {"blkio.throttle.read_iops_device", limit.read_iops},
+            {"blkio.throttle.write_iops_device", limit.write_iops}};
+        for (const auto& [file, value] : throttles) {
+          if (value == 0) continue;
+          RETURN_IF_ERROR(write_control_file(
+              blkio / file,
+              fmt::format("{}:{} {}", major(limit.device), minor(limit.device), value)));
+        }
+      }
+    }
+    // No huge pages: they come from a pool the host set aside, outside the memory limit.
+    if (!roots_.hugetlb.empty()) {
+      RETURN_IF_ERROR(cgroup_files::write_each(roots_.hugetlb / parent_ / sandbox, "hugetlb.",
+                                               ".limit_in_bytes", "0"));
+    }
+    if (!roots_.unified_hugetlb.empty()) {
+      RETURN_IF_ERROR(cgroup_files::write_each(roots_.unified_hugetlb / parent_ / sandbox,
+                                               "hugetlb.", ".max", "0"));
+    }
+    return {};
   }
 
   Result<void> enter_sandbox(std::string_view sandbox, pid_t pid) override {
@@ -171,6 +211,19 @@ class CgroupV1 final : public CgroupDriver {
     return write_control_file(cpu / "cpu.cfs_quota_us", std::to_string(quota));
   }
 
+  // A cgroup2 hierarchy delegates hugetlb to children only when each parent says so.
+  Result<void> ensure_unified_parent() {
+    if (roots_.unified_hugetlb.empty() || unified_ready_) return {};
+    RETURN_IF_ERROR(with_context(
+        write_control_file(roots_.unified_hugetlb / "cgroup.subtree_control", "+hugetlb"),
+        "enabling hugetlb for child cgroups"));
+    RETURN_IF_ERROR(make_cgroup(roots_.unified_hugetlb / parent_));
+    RETURN_IF_ERROR(write_control_file(roots_.unified_hugetlb / parent_ / "cgroup.subtree_control",
+                                       "+hugetlb"));
+    unified_ready_ = true;
+    return {};
+  }
+
   static Result<void> make_cgroup(const std::filesystem::path& dir) {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
       return errno_error("mkdir '{}'", dir.string());
@@ -191,6 +244,7 @@ class CgroupV1 final : public CgroupDriver {
   std::filesystem::path parent_;
   std::vector<std::filesystem::path> hierarchies_;       // each distinct hierarchy once
   std::vector<std::filesystem::path> exec_hierarchies_;  // where exec cgroups are made
+  bool unified_ready_ = false;
 };
 
 }  // namespace

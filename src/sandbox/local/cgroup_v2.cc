@@ -1,9 +1,12 @@
 // cgroup v2 (unified hierarchy): limits and per-exec metering with memory.max, cpu.max,
-// pids.max, memory.peak, memory.events and cpu.stat.
+// pids.max, memory.peak, memory.events and cpu.stat; io.max and hugetlb.<size>.max where the
+// host has those controllers.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/file_util.h"
@@ -12,15 +15,36 @@
 namespace quarry::sandbox::local {
 namespace {
 
+// What exec cgroups need; a sandbox's own cgroup may also have io and hugetlb.
 constexpr std::string_view kControllers = "+memory +cpu +pids";
 constexpr uint64_t kCpuPeriodUs = 100'000;
 
+bool has(const std::vector<std::string>& items, std::string_view item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+// One line of io.max: "8:16 rbps=2097152 wbps=max riops=max wiops=120".
+std::string io_max_line(const IoLimit& limit) {
+  auto value = [](uint64_t number) { return number == 0 ? "max" : std::to_string(number); };
+  return fmt::format("{}:{} rbps={} wbps={} riops={} wiops={}", major(limit.device),
+                     minor(limit.device), value(limit.read_bps), value(limit.write_bps),
+                     value(limit.read_iops), value(limit.write_iops));
+}
+
 class CgroupV2 final : public CgroupDriver {
  public:
-  CgroupV2(std::filesystem::path root, std::string parent)
-      : root_(std::move(root)), parent_(root_ / parent) {}
+  CgroupV2(std::filesystem::path root, std::string parent, std::vector<std::string> controllers)
+      : root_(std::move(root)), parent_(root_ / parent) {
+    for (std::string_view optional : {"io", "hugetlb"}) {
+      if (has(controllers, optional)) optional_.emplace_back(optional);
+    }
+    sandbox_controllers_ = kControllers;
+    for (const auto& controller : optional_)
+      sandbox_controllers_ += " +" + controller;
+  }
 
   std::string_view version() const override { return "v2"; }
+  std::vector<std::string> optional_controllers() const override { return optional_; }
 
   Result<void> create_sandbox(std::string_view sandbox, const CgroupLimits& limits) override {
     RETURN_IF_ERROR(ensure_parent());
@@ -28,6 +52,15 @@ class CgroupV2 final : public CgroupDriver {
     RETURN_IF_ERROR(make_cgroup(dir));
     RETURN_IF_ERROR(set_limits(dir, limits));
     RETURN_IF_ERROR(write_control_file(dir / "pids.max", std::to_string(limits.pids)));
+    if (has(optional_, "io")) {
+      for (const auto& limit : limits.io) {
+        RETURN_IF_ERROR(write_control_file(dir / "io.max", io_max_line(limit)));
+      }
+    }
+    if (has(optional_, "hugetlb")) {
+      // No huge pages: they come from a pool the host set aside, outside the memory limit.
+      RETURN_IF_ERROR(cgroup_files::write_each(dir, "hugetlb.", ".max", "0"));
+    }
     return make_cgroup(dir / "init");
   }
 
@@ -122,10 +155,11 @@ class CgroupV2 final : public CgroupDriver {
 
   Result<void> ensure_parent() {
     if (parent_ready_) return {};
-    RETURN_IF_ERROR(with_context(write_control_file(root_ / "cgroup.subtree_control", kControllers),
-                                 "enabling memory, cpu and pids for child cgroups"));
+    RETURN_IF_ERROR(
+        with_context(write_control_file(root_ / "cgroup.subtree_control", sandbox_controllers_),
+                     fmt::format("enabling '{}' for child cgroups", sandbox_controllers_)));
     RETURN_IF_ERROR(make_cgroup(parent_));
-    RETURN_IF_ERROR(write_control_file(parent_ / "cgroup.subtree_control", kControllers));
+    RETURN_IF_ERROR(write_control_file(parent_ / "cgroup.subtree_control", sandbox_controllers_));
     parent_ready_ = true;
     return {};
   }
@@ -145,13 +179,16 @@ class CgroupV2 final : public CgroupDriver {
 
   std::filesystem::path root_;
   std::filesystem::path parent_;
+  std::vector<std::string> optional_;  // "io", "hugetlb": those the host has
+  std::string sandbox_controllers_;    // what the parents delegate to sandboxes
   bool parent_ready_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<CgroupDriver> make_cgroup_v2(std::filesystem::path root, std::string parent) {
-  return std::make_unique<CgroupV2>(std::move(root), std::move(parent));
+std::unique_ptr<CgroupDriver> make_cgroup_v2(std::filesystem::path root, std::string parent,
+                                             std::vector<std::string> controllers) {
+  return std::make_unique<CgroupV2>(std::move(root), std::move(parent), std::move(controllers));
 }
 
 }  // namespace quarry::sandbox::local

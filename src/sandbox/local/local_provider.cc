@@ -31,7 +31,17 @@ using Clock = std::chrono::steady_clock;
 
 // The limits a sandbox's cgroups, and each exec's, carry.
 CgroupLimits cgroup_limits(const ResourceLimits& resources) {
-  return {resources.memory_bytes, resources.cpus, resources.pids};
+  return {resources.memory_bytes, resources.cpus, resources.pids, {}};
+}
+
+// The sandbox's own cgroup also throttles its reads and writes on each device of the volume.
+CgroupLimits sandbox_cgroup_limits(const ResourceLimits& resources, const SandboxVolume& volume,
+                                   const LocalProviderConfig::DiskIo& io) {
+  CgroupLimits limits = cgroup_limits(resources);
+  for (dev_t device : volume.devices()) {
+    limits.io.push_back({device, io.read_bytes, io.write_bytes, io.iops, io.iops});
+  }
+  return limits;
 }
 
 constexpr auto kSetupTimeout = std::chrono::seconds(10);
@@ -154,6 +164,15 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& 
                       options.init_binary.string());
   }
   ASSIGN_OR_RETURN(auto cgroups, detect_cgroups());
+  const auto optional = cgroups->optional_controllers();
+  spdlog::debug("cgroup {} with memory, cpu, pids{}{}", cgroups->version(),
+                optional.empty() ? "" : ", ", fmt::join(optional, ", "));
+  if (std::none_of(optional.begin(), optional.end(),
+                   [](const auto& name) { return name == "io" || name == "blkio"; })) {
+    spdlog::info(
+        "no io (cgroup v2) or blkio (v1) controller: sandboxes' disk reads and writes "
+        "are not throttled (sandbox.local.disk_io)");
+  }
   if (config.local.favordynmods) {
     auto tuned = favor_dynamic_modifications();
     if (!tuned) {
@@ -257,7 +276,8 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
     }
   } rollback{this, id, created};
 
-  RETURN_IF_ERROR(cgroups_->create_sandbox(id, cgroup_limits(spec.resources)));
+  RETURN_IF_ERROR(cgroups_->create_sandbox(
+      id, sandbox_cgroup_limits(spec.resources, *volume, config_.local.disk_io)));
 
   auto sandbox_dir = state_.sandbox_dir(id);
   auto root_dir = sandbox_dir / "root";

@@ -5,15 +5,18 @@
 #include <linux/btrfs_tree.h>
 #include <linux/loop.h>
 #include <linux/magic.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -103,9 +106,42 @@ Result<void> enable_quota(const std::filesystem::path& mount_point) {
   return {};
 }
 
-// Sets the limit and makes upper/ and work/ in a new subvolume.
-Result<SandboxDirectory> fill_subvolume(const std::filesystem::path& dir, uint64_t limit_bytes,
-                                        uint32_t root_uid) {
+// The block devices under the btrfs filesystem mounted at `mount_point` (its loop device, or
+// the disks of a btrfs state directory), from /sys/fs/btrfs/<fsid>/devices/*/dev.
+Result<std::vector<dev_t>> block_devices(const std::filesystem::path& mount_point) {
+  UniqueFd dir(::open(mount_point.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return errno_error("open '{}'", mount_point.string());
+  btrfs_ioctl_fs_info_args info{};
+  if (::ioctl(dir.get(), BTRFS_IOC_FS_INFO, &info) != 0) {
+    return errno_error("reading the btrfs filesystem id of '{}'", mount_point.string());
+  }
+  const auto* id = info.fsid;
+  const auto devices =
+      std::filesystem::path("/sys/fs/btrfs") /
+      fmt::format("{:02x}-{:02x}-{:02x}-{:02x}-{:02x}", fmt::join(id, id + 4, ""),
+                  fmt::join(id + 4, id + 6, ""), fmt::join(id + 6, id + 8, ""),
+                  fmt::join(id + 8, id + 10, ""), fmt::join(id + 10, id + 16, "")) /
+      "devices";
+  std::vector<dev_t> found;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(devices, error)) {
+    ASSIGN_OR_RETURN(auto text, read_file(entry.path() / "dev"));
+    unsigned major_number = 0, minor_number = 0;
+    if (std::sscanf(text.c_str(), "%u:%u", &major_number, &minor_number) != 2) {
+      return make_error(ErrorCode::kInternal, "'{}' holds '{}', not major:minor",
+                        (entry.path() / "dev").string(), text);
+    }
+    found.push_back(makedev(major_number, minor_number));
+  }
+  if (error || found.empty()) {
+    return make_error(ErrorCode::kInternal, "no block device of '{}' is listed in '{}'",
+                      mount_point.string(), devices.string());
+  }
+  return found;
+}
+
+// The id of the subvolume at `dir`, which is also its qgroup's.
+Result<uint64_t> subvolume_id(const std::filesystem::path& dir) {
   UniqueFd subvolume(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!subvolume) return errno_error("open '{}'", dir.string());
   btrfs_ioctl_ino_lookup_args lookup{};
@@ -113,6 +149,15 @@ Result<SandboxDirectory> fill_subvolume(const std::filesystem::path& dir, uint64
   if (::ioctl(subvolume.get(), BTRFS_IOC_INO_LOOKUP, &lookup) != 0) {
     return errno_error("looking up the id of subvolume '{}'", dir.string());
   }
+  return lookup.treeid;
+}
+
+// Sets the limit and makes upper/ and work/ in a new subvolume.
+Result<SandboxDirectory> fill_subvolume(const std::filesystem::path& dir, uint64_t limit_bytes,
+                                        uint32_t root_uid) {
+  UniqueFd subvolume(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!subvolume) return errno_error("open '{}'", dir.string());
+  ASSIGN_OR_RETURN(const uint64_t qgroup, subvolume_id(dir));
   // qgroupid 0 means "the subvolume this file is in".
   btrfs_ioctl_qgroup_limit_args limit{};
   limit.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
@@ -121,7 +166,7 @@ Result<SandboxDirectory> fill_subvolume(const std::filesystem::path& dir, uint64
     return errno_error("limiting subvolume '{}' to {} bytes", dir.string(), limit_bytes);
   }
   if (::chmod(dir.c_str(), 0700) != 0) return errno_error("chmod '{}'", dir.string());
-  SandboxDirectory made{dir, dir / "upper", dir / "work", lookup.treeid};
+  SandboxDirectory made{dir, dir / "upper", dir / "work", qgroup};
   // upper/ is the root directory of the sandbox's filesystem: it must look like the image's
   // root (owned by the sandbox's root, 0755).
   for (const auto& path : {made.upper, made.work}) {
@@ -138,15 +183,24 @@ Result<SandboxDirectory> fill_subvolume(const std::filesystem::path& dir, uint64
 Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir,
                                           uint64_t volume_bytes) {
   auto mount_point = state_dir / "sandboxes";
+  auto opened = [&](std::filesystem::path backing) -> Result<SandboxVolume> {
+    ASSIGN_OR_RETURN(auto devices, block_devices(mount_point));
+    // A process that died between deleting a subvolume and its qgroup left the qgroup (newer
+    // kernels remove it with the subvolume): sweep such leftovers once per process. Those whose
+    // subvolume is still being cleaned up are refused as busy, and go with it.
+    if (auto swept = run_command({"btrfs", "qgroup", "clear-stale", mount_point.string()});
+        !swept) {
+      spdlog::debug("btrfs qgroup clear-stale: {}", swept.error().message);
+    }
+    return SandboxVolume(mount_point, std::move(backing), std::move(devices));
+  };
   if (is_btrfs(state_dir)) {
     RETURN_IF_ERROR(make_directories(mount_point, 0700));
     RETURN_IF_ERROR(enable_quota(mount_point));
-    return SandboxVolume(mount_point);
+    return opened({});
   }
   auto backing = state_dir / "sandboxes.btrfs";
-  if (is_mount_point(mount_point) && is_btrfs(mount_point)) {
-    return SandboxVolume(mount_point, backing);
-  }
+  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return opened(backing);
 
   // First use (or after a reboot): one process at a time sets the volume up.
   RETURN_IF_ERROR(make_directories(state_dir, 0755));
@@ -154,9 +208,7 @@ Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir
   UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock) return errno_error("open '{}'", lock_path.string());
   if (::flock(lock.get(), LOCK_EX) != 0) return errno_error("flock '{}'", lock_path.string());
-  if (is_mount_point(mount_point) && is_btrfs(mount_point)) {
-    return SandboxVolume(mount_point, backing);
-  }
+  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return opened(backing);
 
   RETURN_IF_ERROR(make_directories(mount_point, 0700));
   if (!std::filesystem::exists(backing)) RETURN_IF_ERROR(make_backing_file(backing, volume_bytes));
@@ -165,7 +217,7 @@ Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir
   // Sandboxes hold the data exported into them: no other host user may look in.
   if (::chmod(mount_point.c_str(), 0700) != 0)
     return errno_error("chmod '{}'", mount_point.string());
-  return SandboxVolume(mount_point, backing);
+  return opened(backing);
 }
 
 Result<SandboxDirectory> SandboxVolume::create(std::string_view id, uint64_t limit_bytes,
@@ -189,6 +241,11 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
   if (!std::filesystem::exists(dir)) return {};
   UniqueFd volume(::open(mount_point_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!volume) return errno_error("open '{}'", mount_point_.string());
+  // A record saved before its qgroup was known (or a half-made subvolume) does not name it:
+  // the subvolume does.
+  if (qgroup == 0) {
+    if (auto id_of = subvolume_id(dir)) qgroup = *id_of;
+  }
   btrfs_ioctl_vol_args destroy{};
   std::strncpy(destroy.name, std::string(id).c_str(), BTRFS_PATH_NAME_MAX);
   // EBUSY while the sandbox's mount namespace is still being torn down; it takes moments.

@@ -9,9 +9,12 @@
 // discard=async keeps the file only as large as what sandboxes hold.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 
@@ -47,12 +50,19 @@ class SandboxVolume {
   Result<void> admit(uint64_t committed_bytes, uint64_t limit_bytes) const;
 
   const std::filesystem::path& mount_point() const { return mount_point_; }
+  // The block devices the volume is on: its loop device, or the disks of a btrfs state
+  // directory (where each sandbox's reads and writes are throttled).
+  const std::vector<dev_t>& devices() const { return devices_; }
 
  private:
-  SandboxVolume(std::filesystem::path mount_point, std::filesystem::path backing = {})
-      : mount_point_(std::move(mount_point)), backing_(std::move(backing)) {}
+  SandboxVolume(std::filesystem::path mount_point, std::filesystem::path backing,
+                std::vector<dev_t> devices)
+      : mount_point_(std::move(mount_point)),
+        backing_(std::move(backing)),
+        devices_(std::move(devices)) {}
   std::filesystem::path mount_point_;
   std::filesystem::path backing_;  // the file holding the volume; empty on a btrfs state dir
+  std::vector<dev_t> devices_;
 };
 
 }  // namespace quarry::sandbox::local
