@@ -156,6 +156,9 @@ int main(int argc, char** argv) {
   const std::string rootfs = image.rootfs.string();
   quarry::sandbox::SandboxSpec spec;
   spec.resources = config.sandbox.resources;
+  // Many idle sandboxes at once: with the default 2 GiB each, 50 of them are more than the
+  // volume's host filesystem may be asked to back, and admission refuses the later ones.
+  spec.resources.disk_bytes = 256 << 20;
 
   // Idle cost, measured first while nothing else has run: what each idle sandbox holds that
   // cannot be reclaimed (anonymous and shared memory, unreclaimable slab, kernel stacks, page

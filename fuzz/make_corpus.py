@@ -190,8 +190,8 @@ SETUP = {
     "control_socket": "/var/lib/quarry/sandboxes/sb-7f3a/control.sock", "hostname": "sandbox",
     "user_id": 1000, "group_id": 1000, "host_id_base": 1073741824, "home": "/home/sandbox",
     "directories": ["/home/sandbox/data", "/home/sandbox/outputs"],
-    "seccomp_filter": [32, 0, 0, 0, 4, 0, 0, 0, 21, 0, 1, 0, 62, 0, 0, 192, 6, 0, 0, 0, 0, 0, 255,
-                       127],
+    "seccomp_filter": bytes([32, 0, 0, 0, 4, 0, 0, 0, 21, 0, 1, 0, 62, 0, 0, 192, 6, 0, 0, 0, 0,
+                              0, 255, 127]).hex(),
     "max_processes": 256,
     "cgroup_mounts": [
         {"type": "cgroup2", "options": "", "target": "/sys/fs/cgroup", "aliases": []},

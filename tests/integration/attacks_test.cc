@@ -2,10 +2,12 @@
 // sandbox and the real host-side code it aims at. One test per attack; each says what it tries
 // and what the host must still have afterwards. Add new ones here.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -18,6 +20,7 @@
 #include "common/units.h"
 #include "conversation/conversation_manager.h"
 #include "conversation/sqlite_history_store.h"
+#include "sandbox/local/state.h"
 #include "sandbox_environment.h"
 
 namespace quarry::testing {
@@ -426,6 +429,36 @@ TEST(Attack, TwoSandboxesHaveDisjointHostIdRanges) {
   const std::string second_id = second.id();
   ASSERT_TRUE(environment.provider().destroy(second_id));
   EXPECT_FALSE(std::filesystem::exists(claims / std::to_string(bases[1])));
+}
+
+// A range whose ids a host process runs with is not handed to a sandbox, whatever the claims
+// say (another program may use ids up there). The check sees such a process.
+TEST(Attack, AHostProcessRunningWithSandboxIdsIsSeen) {
+  using sandbox::local::kSandboxIdCount;
+  const uint32_t base = sandbox::local::kSandboxIdBase + 16000 * kSandboxIdCount;
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    if (::setresgid(base + 7, base + 7, base + 7) != 0 ||
+        ::setresuid(base + 7, base + 7, base + 7) != 0) {
+      ::_exit(1);
+    }
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  EXPECT_EQ(::read(ready[0], &byte, 1), 1) << "the child could not take the ids";
+  ::close(ready[0]);
+  EXPECT_TRUE(sandbox::local::host_ids_in_use(base, kSandboxIdCount));
+  EXPECT_FALSE(sandbox::local::host_ids_in_use(base + kSandboxIdCount, kSandboxIdCount));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_FALSE(sandbox::local::host_ids_in_use(base, kSandboxIdCount));
 }
 
 // One sandbox could take the disk every sandbox shares: nothing limited its reads and writes on

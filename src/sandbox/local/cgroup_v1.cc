@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <set>
 
@@ -244,7 +245,7 @@ class CgroupV1 final : public CgroupDriver {
   std::filesystem::path parent_;
   std::vector<std::filesystem::path> hierarchies_;       // each distinct hierarchy once
   std::vector<std::filesystem::path> exec_hierarchies_;  // where exec cgroups are made
-  bool unified_ready_ = false;
+  std::atomic<bool> unified_ready_ = false;              // creates may run on several threads
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "common/file_util.h"
@@ -179,9 +180,9 @@ class CgroupV2 final : public CgroupDriver {
 
   std::filesystem::path root_;
   std::filesystem::path parent_;
-  std::vector<std::string> optional_;  // "io", "hugetlb": those the host has
-  std::string sandbox_controllers_;    // what the parents delegate to sandboxes
-  bool parent_ready_ = false;
+  std::vector<std::string> optional_;       // "io", "hugetlb": those the host has
+  std::string sandbox_controllers_;         // what the parents delegate to sandboxes
+  std::atomic<bool> parent_ready_ = false;  // creates may run on several threads
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -235,7 +236,15 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   ASSIGN_OR_RETURN(auto image, images_.find(definition));
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
   ASSIGN_OR_RETURN(auto admission, admit(*volume, spec.resources.disk_bytes));
+  for (int attempt = 0;; ++attempt) {
+    auto started = start(spec, image, *volume);
+    if (started || started.error().code != ErrorCode::kAborted || attempt >= 8) return started;
+    spdlog::debug("{}; starting again with other ids", started.error().message);
+  }
+}
 
+Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& image,
+                                         const SandboxVolume& volume) {
   // The sandbox's subvolume holds everything it has on disk, so it is made first; a random id
   // that is already taken is simply drawn again.
   // It gets a host id range of its own, so no two sandboxes share a host uid.
@@ -245,7 +254,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   for (int attempt = 0; !directory; ++attempt) {
     id = random_id();
     ASSIGN_OR_RETURN(id_base, state_.claim_id_range(id));
-    auto made = volume->create(id, spec.resources.disk_bytes, id_base);
+    auto made = volume.create(id, spec.resources.disk_bytes, id_base);
     if (made) {
       directory = std::move(*made);
       continue;
@@ -255,6 +264,17 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
       return std::unexpected(made.error());
     }
   }
+  // Whether a host process runs with ids of the range (a scan of /proc) and the image as the
+  // range sees it (an idmapped mount) are found on another thread meanwhile: they take about
+  // as long as the cgroups and init that are made here.
+  struct IdRange {
+    bool in_use = false;
+    Result<UniqueFd> image_tree;
+  };
+  auto id_range = std::async(std::launch::async, [&image, id_base] {
+    return IdRange{host_ids_in_use(id_base, kSandboxIdCount),
+                   idmapped_tree(image.rootfs, kSandboxIdBase, id_base, kSandboxIdCount)};
+  });
 
   SandboxRecord record;
   record.id = id;
@@ -275,9 +295,8 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
       if (!created) (void)provider->destroy(id);
     }
   } rollback{this, id, created};
-
   RETURN_IF_ERROR(cgroups_->create_sandbox(
-      id, sandbox_cgroup_limits(spec.resources, *volume, config_.local.disk_io)));
+      id, sandbox_cgroup_limits(spec.resources, volume, config_.local.disk_io)));
 
   auto sandbox_dir = state_.sandbox_dir(id);
   auto root_dir = sandbox_dir / "root";
@@ -318,8 +337,12 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   const std::string starting =
       fmt::format("starting sandbox {} (see {})", id, (sandbox_dir / "init.log").string());
   // The image as this sandbox's ids see it: init attaches the tree as its overlay's lower layer.
-  ASSIGN_OR_RETURN(UniqueFd image_tree,
-                   idmapped_tree(image.rootfs, kSandboxIdBase, id_base, kSandboxIdCount));
+  auto [ids_in_use, tree] = id_range.get();
+  if (ids_in_use) {
+    return make_error(ErrorCode::kAborted, "a host process runs with ids {}..{}", id_base,
+                      id_base + kSandboxIdCount - 1);
+  }
+  ASSIGN_OR_RETURN(UniqueFd image_tree, std::move(tree));
   const int tree_fd = image_tree.get();
   RETURN_IF_ERROR(
       protocol::send(init.channel.get(), protocol::to_json(setup), std::span(&tree_fd, 1)));

@@ -57,6 +57,10 @@ class LocalProvider final : public SandboxProvider {
   };
   Result<Running> running(std::string_view id) const;
   Result<const SandboxVolume*> volume();
+  // One attempt of create(): kAborted when a host process turned out to run with ids of the
+  // range it claimed (everything made is taken apart again).
+  Result<SandboxInfo> start(const SandboxSpec& spec, const Image& image,
+                            const SandboxVolume& volume);
   std::vector<std::string> environment(const ExecRequest& request) const;
   // Admits a new sandbox's disk limit against the volume (SandboxVolume::admit), counting every
   // recorded sandbox and those being created. The returned guard keeps the limit counted until

@@ -1,5 +1,6 @@
 #include "sandbox/local/state.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -137,21 +138,6 @@ std::filesystem::path claim_path(const std::filesystem::path& state_dir, uint32_
   return state_dir / "id-ranges" / std::to_string(base);
 }
 
-// Whether any process on the host runs with an effective uid in [base, base + kSandboxIdCount)
-// (the owner of its /proc directory; one stat each, as this runs on every sandbox start): such
-// a range is someone's, whatever the claims say.
-bool range_in_use(uint32_t base) {
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-    struct stat info {};
-    if (::stat(entry.path().c_str(), &info) != 0) continue;  // gone meanwhile
-    if (info.st_uid >= base && info.st_uid < uint64_t{base} + kSandboxIdCount) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 Result<uint32_t> StateStore::claim_id_range(std::string_view id) const {
@@ -173,8 +159,7 @@ Result<uint32_t> StateStore::claim_id_range(std::string_view id) const {
       if (!claim) continue;
     }
     if (!claim) return errno_error("claiming host ids at '{}'", path.string());
-    if (range_in_use(base) ||
-        ::write(claim.get(), id.data(), id.size()) != static_cast<ssize_t>(id.size())) {
+    if (::write(claim.get(), id.data(), id.size()) != static_cast<ssize_t>(id.size())) {
       ::unlink(path.c_str());
       continue;
     }
@@ -183,6 +168,23 @@ Result<uint32_t> StateStore::claim_id_range(std::string_view id) const {
   return make_error(ErrorCode::kResourceExhausted,
                     "no free host id range for a sandbox after 64 tries (see {})",
                     (state_dir_ / "id-ranges").string());
+}
+
+bool host_ids_in_use(uint32_t base, uint32_t count) {
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return false;
+  bool found = false;
+  while (const dirent* entry = ::readdir(proc)) {
+    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;  // pids only
+    struct stat info {};
+    if (::fstatat(::dirfd(proc), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (info.st_uid >= base && info.st_uid - base < count) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(proc);
+  return found;
 }
 
 void StateStore::release_id_range(uint32_t base) const {

@@ -51,8 +51,9 @@ class StateStore {
 
   // A host id range of its own for sandbox `id`: kSandboxIdCount ids from the returned base,
   // used by no other sandbox of any quarry process (each claim is a file <state>/id-ranges/
-  // <base> made with O_EXCL, naming its sandbox; a claim whose sandbox is gone is taken over)
-  // and by no process on the host. The image's own range (kSandboxIdBase) is never handed out.
+  // <base> made with O_EXCL, naming its sandbox; a claim whose sandbox is gone is taken over).
+  // The image's own range (kSandboxIdBase) is never handed out. Whether a host process runs
+  // with ids of the range is for the caller to check (host_ids_in_use).
   Result<uint32_t> claim_id_range(std::string_view id) const;
   // Gives the range back (missing is fine).
   void release_id_range(uint32_t base) const;
@@ -61,6 +62,11 @@ class StateStore {
   std::filesystem::path state_dir_;
   std::filesystem::path sandboxes_dir_;
 };
+
+// Whether any process on the host runs with an effective uid in [base, base + count): such a
+// range is someone's, whatever the claims say. Reads the owner of each /proc/<pid> (one
+// fstatat each, as this runs on every sandbox start).
+bool host_ids_in_use(uint32_t base, uint32_t count);
 
 // Sandbox ids are 12 lowercase hex digits; anything else is refused before touching disk.
 bool valid_sandbox_id(std::string_view id);
