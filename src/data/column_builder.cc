@@ -16,15 +16,15 @@ Result<void> check_length(std::string_view value, size_t expected) {
   return {};
 }
 
-// Arrow's and Parquet's strings are UTF-8, and readers refuse a file with other bytes in one. A
-// UTF8 database sends UTF-8, but a "char" holds any single byte, and a server in another
-// encoding (SQL_ASCII, LATIN1) sends its own.
+// Arrow's and Parquet's strings are UTF-8, and readers refuse a file with other bytes in one.
+// Connections ask for UTF-8 (client_encoding), so the server converts its text, but a "char"
+// holds any single byte, unconverted, and a SQL_ASCII database's text is bytes it never checked.
 Result<void> check_utf8(std::string_view value) {
   static const bool initialized = (arrow::util::InitializeUTF8(), true);
   (void)initialized;
   if (arrow::util::ValidateUTF8(value)) return {};
   return make_error(ErrorCode::kInvalidArgument,
-                    "has text that is not UTF-8 (is the database in another encoding?); export "
+                    "has text that is not UTF-8 (is the database SQL_ASCII?); export "
                     "it as bytes in SQL (::bytea) or convert it to UTF-8 (convert_from)");
 }
 

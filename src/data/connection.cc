@@ -52,10 +52,13 @@ Error error_from_result(const PGresult* result) {
 Result<Connection> Connection::open(const std::string& conninfo,
                                     std::chrono::seconds connect_timeout) {
   const std::string timeout = std::to_string(connect_timeout.count());
-  // expand_dbname: `conninfo` may be a URL or key=value string; the other keywords add to it.
-  const std::array<const char*, 4> keywords = {"dbname", "application_name", "connect_timeout",
-                                               nullptr};
-  const std::array<const char*, 4> values = {conninfo.c_str(), "quarry", timeout.c_str(), nullptr};
+  // expand_dbname: `conninfo` may be a URL or key=value string; the other keywords add to it
+  // (and win over it). Text must reach Arrow as UTF-8 whatever the database's encoding: the
+  // server converts it (LATIN1, WIN1252, ...; a SQL_ASCII database's bytes stay as they are).
+  const std::array<const char*, 5> keywords = {"dbname", "application_name", "connect_timeout",
+                                               "client_encoding", nullptr};
+  const std::array<const char*, 5> values = {conninfo.c_str(), "quarry", timeout.c_str(), "UTF8",
+                                             nullptr};
   Connection connection(PQconnectdbParams(keywords.data(), values.data(), 1));
   if (!connection.connection_) {
     return make_error(ErrorCode::kResourceExhausted, "libpq could not allocate a connection");

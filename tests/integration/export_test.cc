@@ -6,6 +6,7 @@
 #include <parquet/arrow/reader.h>
 #include <unistd.h>
 
+#include "data/connection.h"
 #include "data/parquet_export.h"
 #include "data/sandbox_export.h"
 #include "postgres_environment.h"
@@ -136,6 +137,36 @@ TEST_F(ExportTest, RefusesWhatItCannotStoreNamingTheColumn) {
         << summary.error().message;
     EXPECT_FALSE(std::filesystem::exists(file_)) << "a failed export leaves no file";
   }
+}
+
+// A database in another encoding sends text in its own unless asked for UTF-8; quarry asks
+// every server for UTF-8 (client_encoding), so LATIN1 text arrives as strings, not refused.
+TEST_F(ExportTest, TextFromALatin1DatabaseArrivesAsUtf8) {
+  using quarry::testing::admin_sql;
+  admin_sql("DROP DATABASE IF EXISTS latin");
+  admin_sql(
+      "CREATE DATABASE latin ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' "
+      "TEMPLATE template0");
+  const auto& server = PostgresEnvironment::get().server();
+  auto admin = Connection::open(server.admin_conninfo + " dbname=latin");
+  ASSERT_TRUE(admin) << admin.error().message;
+  // This file is UTF-8: the server is told so (before the statements: it converts a query
+  // string as a whole), and stores the names in LATIN1.
+  ASSERT_TRUE(admin->exec_script("SET client_encoding = 'UTF8'"));
+  ASSERT_TRUE(
+      admin->exec_script("CREATE TABLE people (name text, city varchar(20));"
+                         "INSERT INTO people VALUES ('Müller', 'Köln'), ('Åsa', NULL);"
+                         "GRANT SELECT ON people TO quarry_reader;"));
+  auto summary = export_parquet(server.reader_conninfo + " dbname=latin",
+                                "SELECT name, city FROM people ORDER BY name", file_, options());
+  ASSERT_TRUE(summary) << summary.error().message;
+  auto table = read_back();
+  ASSERT_EQ(table->num_rows(), 2);
+  auto names = std::static_pointer_cast<arrow::StringArray>(table->column(0)->chunk(0));
+  auto cities = std::static_pointer_cast<arrow::StringArray>(table->column(1)->chunk(0));
+  EXPECT_EQ(names->GetString(0), "Müller");
+  EXPECT_EQ(cities->GetString(0), "Köln");
+  EXPECT_EQ(names->GetString(1), "Åsa");
 }
 
 TEST_F(ExportTest, RefusesWrites) {
