@@ -149,16 +149,21 @@ int main(int argc, char** argv) {
   const auto cache_dir = quarry::resolve_cache_dir(std::nullopt);
   const auto init = std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() /
                     "src/quarry-init";
-  auto provider = must(LocalProvider::open(config.sandbox, {state_dir, cache_dir, init}), "open");
+  auto provider = must(
+      LocalProvider::open(config.sandbox, {state_dir, cache_dir, init, config.capacity.overcommit}),
+      "open");
   auto definition =
       must(quarry::sandbox::local::default_image_definition(config.sandbox), "image definition");
   auto image = must(quarry::sandbox::local::ImageStore(cache_dir).find(definition), "image");
   const std::string rootfs = image.rootfs.string();
   quarry::sandbox::SandboxSpec spec;
   spec.resources = config.sandbox.resources;
-  // Many idle sandboxes at once: with the default 2 GiB each, 50 of them are more than the
-  // volume's host filesystem may be asked to back, and admission refuses the later ones.
-  spec.resources.disk_bytes = 256 << 20;
+  // Many idle sandboxes at once: with the default limits (1 GiB, 1 CPU, 2 GiB of disk) 50 of
+  // them are more than this host may admit (capacity.overcommit), so they get small ones.
+  quarry::sandbox::SandboxSpec idle_spec = spec;
+  idle_spec.resources.memory_bytes = 256 << 20;
+  idle_spec.resources.cpus = 0.1;
+  idle_spec.resources.disk_bytes = 256 << 20;
 
   // Idle cost, measured first while nothing else has run: what each idle sandbox holds that
   // cannot be reclaimed (anonymous and shared memory, unreclaimable slab, kernel stacks, page
@@ -168,7 +173,7 @@ int main(int argc, char** argv) {
   auto before = meminfo_kib();
   std::vector<std::string> idle;
   for (int i = 0; i < idle_sandboxes; ++i) {
-    idle.push_back(must(provider->create(spec), "create").id);
+    idle.push_back(must(provider->create(idle_spec), "create").id);
   }
   settle();
   auto after = meminfo_kib();

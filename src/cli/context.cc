@@ -27,7 +27,8 @@ Result<sandbox::local::LocalProvider*> Context::provider() {
   if (!provider_) {
     ASSIGN_OR_RETURN(const Config* config, this->config());
     ASSIGN_OR_RETURN(provider_, sandbox::local::LocalProvider::open(
-                                    config->sandbox, {state_dir(), cache_dir(), {}}));
+                                    config->sandbox,
+                                    {state_dir(), cache_dir(), {}, config->capacity.overcommit}));
   }
   return provider_.get();
 }

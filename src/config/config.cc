@@ -400,6 +400,26 @@ Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConf
   return {};
 }
 
+Result<void> parse_capacity(const Walker& walk, const YAML::Node& node, CapacityConfig& out) {
+  RETURN_IF_ERROR(walk.check_map(node, "capacity", {"overcommit"}));
+  if (node.IsNull()) return {};
+  if (auto overcommit = node["overcommit"]) {
+    RETURN_IF_ERROR(walk.check_map(overcommit, "capacity.overcommit", {"memory", "cpu", "disk"}));
+    for (auto [key, factor] : {std::pair{"memory", &out.overcommit.memory},
+                               {"cpu", &out.overcommit.cpu},
+                               {"disk", &out.overcommit.disk}}) {
+      auto value = overcommit[key];
+      if (!value) continue;
+      const std::string path = fmt::format("capacity.overcommit.{}", key);
+      ASSIGN_OR_RETURN(*factor, walk.number(value, path));
+      if (!(*factor >= 0.1 && *factor <= 100)) {
+        return walk.fail(value, path, "must be between 0.1 and 100 (1.0: no overcommit)");
+      }
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<void> validate_resources(const ResourceLimits& resources) {
@@ -430,10 +450,12 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
   config.source = std::string(source);
   if (root.IsNull()) return config;  // an empty file means all defaults
   try {
-    RETURN_IF_ERROR(
-        walk.check_map(root, "", {"sandbox", "database", "conversations", "model", "server"}));
+    RETURN_IF_ERROR(walk.check_map(
+        root, "", {"sandbox", "capacity", "database", "conversations", "model", "server"}));
     if (auto sandbox = root["sandbox"])
       RETURN_IF_ERROR(parse_sandbox(walk, sandbox, config.sandbox));
+    if (auto capacity = root["capacity"])
+      RETURN_IF_ERROR(parse_capacity(walk, capacity, config.capacity));
     if (auto database = root["database"])
       RETURN_IF_ERROR(parse_database(walk, database, config.database));
     if (auto conversations = root["conversations"])

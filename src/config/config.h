@@ -123,8 +123,22 @@ struct ServerConfig {
   std::string web_dir;
 };
 
+// How a limited host is shared among sandboxes (issue 12 adds limits, a warm pool, a queue).
+struct CapacityConfig {
+  // How far the limits of all sandboxes together may exceed what the host has: the local
+  // provider refuses a sandbox past it. 1.0: the sum of memory limits stays under the host's
+  // memory less a reserve, the sum of disk limits under what the volume can back; CPU quotas
+  // are time shared, so they may add up to several times the cores.
+  struct Overcommit {
+    double memory = 1.0;
+    double cpu = 4.0;
+    double disk = 1.0;
+  } overcommit;
+};
+
 struct Config {
   SandboxConfig sandbox;
+  CapacityConfig capacity;
   DatabaseConfig database;
   ConversationsConfig conversations;
   ModelConfig model;

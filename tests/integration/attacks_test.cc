@@ -389,6 +389,50 @@ TEST(Attack, ADiskLimitTheHostCannotBackIsRefused) {
   ASSERT_TRUE(result) << result.error().message;
 }
 
+// Memory and CPU limits were not weighed against the host at all: sandboxes could together be
+// promised more memory than the host has (the kernel's OOM killer then picks among everyone).
+// Their sums stay within what the host has, times capacity.overcommit, or the next is refused.
+TEST(Attack, MemoryAndCpuLimitsBeyondTheHostAreRefused) {
+  auto& environment = SandboxEnvironment::get();
+  auto spec = ScopedSandbox::default_spec();
+  spec.resources.memory_bytes = uint64_t{1} << 40;  // 1 TiB
+  auto refused = environment.provider().create(spec);
+  ASSERT_FALSE(refused) << "created " << refused->id;
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("a sandbox with 1 TiB of memory does not fit"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("capacity.overcommit.memory"), std::string::npos);
+
+  // With room for two and a half one-CPU sandboxes, the third waits for one to go.
+  auto host = sandbox::local::host_capacity();
+  ASSERT_TRUE(host);
+  auto config = environment.config();
+  config.capacity.overcommit.cpu = 2.5 / host->cpus;
+  auto provider = sandbox::local::LocalProvider::open(
+      config.sandbox, {environment.state_dir(), environment.cache_dir(), environment.init_binary(),
+                       config.capacity.overcommit});
+  ASSERT_TRUE(provider) << provider.error().message;
+  spec = ScopedSandbox::default_spec();
+  spec.resources.cpus = 1;
+  auto first = (*provider)->create(spec);
+  auto second = (*provider)->create(spec);
+  ASSERT_TRUE(first) << first.error().message;
+  ASSERT_TRUE(second) << second.error().message;
+  auto third = (*provider)->create(spec);
+  ASSERT_FALSE(third) << "created " << third->id;
+  EXPECT_NE(third.error().message.find("a sandbox with a CPU limit of 1 does not fit: the "
+                                       "sandboxes here may use 2 CPUs together, and this host "
+                                       "has 2.5 for them"),
+            std::string::npos)
+      << third.error().message;
+  ASSERT_TRUE((*provider)->destroy(first->id));
+  auto again = (*provider)->create(spec);
+  ASSERT_TRUE(again) << again.error().message;
+  (void)(*provider)->destroy(second->id);
+  (void)(*provider)->destroy(again->id);
+}
+
 // Every sandbox mapped its users to the same host range, so the sandbox user was one host uid
 // for every tenant (per-uid limits shared; an escape from one would own all their files).
 // Each has a range of its own now, claimed and released with it, and sees the image as its.
@@ -470,7 +514,8 @@ TEST(Attack, DiskReadsAndWritesOnTheVolumeAreThrottled) {
   auto config = environment.config().sandbox;
   config.local.disk_io = {.read_bytes = 4 * kMiB, .write_bytes = 4 * kMiB, .iops = 0};
   auto throttled = sandbox::local::LocalProvider::open(
-      config, {environment.state_dir(), environment.cache_dir(), environment.init_binary()});
+      config, {environment.state_dir(), environment.cache_dir(), environment.init_binary(),
+               environment.config().capacity.overcommit});
   ASSERT_TRUE(throttled) << throttled.error().message;
   auto made = (*throttled)->create(ScopedSandbox::default_spec());
   ASSERT_TRUE(made) << made.error().message;

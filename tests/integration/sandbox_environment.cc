@@ -41,8 +41,8 @@ void SandboxEnvironment::SetUp() {
   // Short: control socket paths must fit in a sockaddr_un.
   state_dir_ = fmt::format("/tmp/qt-{}", ::getpid());
   std::filesystem::remove_all(state_dir_);
-  auto provider = sandbox::local::LocalProvider::open(config_.sandbox,
-                                                      {state_dir_, cache_dir(), init_binary()});
+  auto provider = sandbox::local::LocalProvider::open(
+      config_.sandbox, {state_dir_, cache_dir(), init_binary(), config_.capacity.overcommit});
   ASSERT_TRUE(provider) << provider.error().message;
   provider_ = std::move(*provider);
 }

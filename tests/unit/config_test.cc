@@ -50,6 +50,9 @@ TEST(Config, TheReadmesExampleIsAcceptedAndHoldsTheDefaults) {
   EXPECT_EQ(example->sandbox.local.disk_io.write_bytes,
             defaults->sandbox.local.disk_io.write_bytes);
   EXPECT_EQ(example->sandbox.local.disk_io.iops, defaults->sandbox.local.disk_io.iops);
+  EXPECT_EQ(example->capacity.overcommit.memory, defaults->capacity.overcommit.memory);
+  EXPECT_EQ(example->capacity.overcommit.cpu, defaults->capacity.overcommit.cpu);
+  EXPECT_EQ(example->capacity.overcommit.disk, defaults->capacity.overcommit.disk);
   EXPECT_EQ(example->database.port, defaults->database.port);
   EXPECT_EQ(example->model.base_url, defaults->model.base_url);
   EXPECT_EQ(example->server.listen, defaults->server.listen);
@@ -135,6 +138,12 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "sandbox.local.disk_io.iops: must be 0 (no limit) or at least 100"},
       {"disk io key", "sandbox:\n  local:\n    disk_io: {reads: 1GiB}\n",
        "sandbox.local.disk_io.reads: unknown key (known keys here: read, write, iops)"},
+      {"overcommit zero", "capacity:\n  overcommit: {memory: 0}\n",
+       "config.yml:2: capacity.overcommit.memory: must be between 0.1 and 100"},
+      {"overcommit key", "capacity:\n  overcommit: {ram: 2}\n",
+       "capacity.overcommit.ram: unknown key (known keys here: memory, cpu, disk)"},
+      {"capacity key", "capacity:\n  sandboxes: 8\n",
+       "capacity.sandboxes: unknown key (known keys here: overcommit)"},
       {"zero timeout", "sandbox:\n  exec_timeout: 0s\n",
        "sandbox.exec_timeout: must be longer than zero"},
       {"bad duration", "sandbox:\n  idle_timeout: a while\n", "sandbox.idle_timeout:"},
@@ -196,7 +205,7 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       // parse_config (quarry ended with "terminate called ...").
       {"list as a top-level key", "? [sandbox]\n: {}\n",
        "config.yml:1: top level: has a key that is not a name (known keys here: sandbox, "
-       "database"},
+       "capacity, database"},
       {"map as a nested key", "conversations:\n  instance_id: local\n? {context: 1}\n: x\n",
        "config.yml:3: top level: has a key that is not a name"},
       {"list as a section key", "sandbox:\n  [resources]: {cpus: 1}\n",

@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,6 +115,50 @@ struct Capture {
 
 }  // namespace
 
+Result<HostCapacity> host_capacity() {
+  struct sysinfo info {};
+  if (::sysinfo(&info) != 0) return errno_error("sysinfo");
+  HostCapacity host;
+  host.memory_bytes = static_cast<uint64_t>(info.totalram) * info.mem_unit;
+  host.reserve_bytes = std::max<uint64_t>(host.memory_bytes / 10, kGiB);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  host.cpus = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+                  ? CPU_COUNT(&cpus)
+                  : static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN));
+  return host;
+}
+
+Result<void> admit_to_host(const HostCapacity& host, const CapacityConfig::Overcommit& overcommit,
+                           const ResourceLimits& committed, const ResourceLimits& wanted) {
+  const uint64_t usable =
+      host.memory_bytes > host.reserve_bytes ? host.memory_bytes - host.reserve_bytes : 0;
+  const auto memory = static_cast<uint64_t>(static_cast<double>(usable) * overcommit.memory);
+  if (committed.memory_bytes + wanted.memory_bytes > memory) {
+    return make_error(
+        ErrorCode::kResourceExhausted,
+        "a sandbox with {} of memory does not fit: the sandboxes here may use {} together, and "
+        "this host has {} for them ({} less {} kept for the host, times "
+        "capacity.overcommit.memory {}); lower sandbox.resources.memory, remove sandboxes that "
+        "are not needed (quarry sandbox ls) or raise capacity.overcommit.memory",
+        format_size(wanted.memory_bytes), format_size(committed.memory_bytes), format_size(memory),
+        format_size(host.memory_bytes), format_size(host.reserve_bytes), overcommit.memory);
+  }
+  const double cpus = host.cpus * overcommit.cpu;
+  // A little slack for the sums of fractions (0.1 + 0.2 ...).
+  if (committed.cpus + wanted.cpus > cpus + 1e-9) {
+    return make_error(
+        ErrorCode::kResourceExhausted,
+        "a sandbox with a CPU limit of {:g} does not fit: the sandboxes here may use {:g} CPUs "
+        "together, and this host has {:g} for them ({:g} cores times capacity.overcommit.cpu "
+        "{:g}); lower "
+        "sandbox.resources.cpus, remove sandboxes that are not needed (quarry sandbox ls) or "
+        "raise capacity.overcommit.cpu",
+        wanted.cpus, committed.cpus, cpus, host.cpus, overcommit.cpu);
+  }
+  return {};
+}
+
 Result<void> validate_labels(const Labels& labels) {
   for (const auto& [key, value] : labels) {
     if (key.empty() || key.size() > 63) {
@@ -205,23 +251,33 @@ Result<const SandboxVolume*> LocalProvider::volume() {
 
 struct LocalProvider::Admission {
   LocalProvider& provider;
-  uint64_t bytes;
+  ResourceLimits limits;
   ~Admission() {
     std::lock_guard lock(provider.volume_mutex_);
-    provider.admitting_bytes_ -= bytes;
+    provider.admitting_.memory_bytes -= limits.memory_bytes;
+    provider.admitting_.cpus -= limits.cpus;
+    provider.admitting_.disk_bytes -= limits.disk_bytes;
   }
 };
 
-Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(const SandboxVolume& volume,
-                                                                       uint64_t disk_bytes) {
+Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(
+    const SandboxVolume& volume, const ResourceLimits& resources) {
   ASSIGN_OR_RETURN(auto records, state_.list());
+  ASSIGN_OR_RETURN(auto host, host_capacity());
   std::lock_guard lock(volume_mutex_);
-  uint64_t committed = admitting_bytes_;
-  for (const auto& record : records)
-    committed += record.resources.disk_bytes;
-  RETURN_IF_ERROR(volume.admit(committed, disk_bytes));
-  admitting_bytes_ += disk_bytes;
-  return std::make_unique<Admission>(*this, disk_bytes);
+  ResourceLimits committed = admitting_;
+  for (const auto& record : records) {
+    committed.memory_bytes += record.resources.memory_bytes;
+    committed.cpus += record.resources.cpus;
+    committed.disk_bytes += record.resources.disk_bytes;
+  }
+  RETURN_IF_ERROR(admit_to_host(host, options_.overcommit, committed, resources));
+  RETURN_IF_ERROR(
+      volume.admit(committed.disk_bytes, resources.disk_bytes, options_.overcommit.disk));
+  admitting_.memory_bytes += resources.memory_bytes;
+  admitting_.cpus += resources.cpus;
+  admitting_.disk_bytes += resources.disk_bytes;
+  return std::make_unique<Admission>(*this, resources);
 }
 
 Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
@@ -235,7 +291,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   ASSIGN_OR_RETURN(auto definition, default_image_definition(config_));
   ASSIGN_OR_RETURN(auto image, images_.find(definition));
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
-  ASSIGN_OR_RETURN(auto admission, admit(*volume, spec.resources.disk_bytes));
+  ASSIGN_OR_RETURN(auto admission, admit(*volume, spec.resources));
   for (int attempt = 0;; ++attempt) {
     auto started = start(spec, image, *volume);
     if (started || started.error().code != ErrorCode::kAborted || attempt >= 8) return started;

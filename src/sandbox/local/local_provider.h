@@ -21,6 +21,8 @@ struct LocalProviderOptions {
   std::filesystem::path cache_dir;
   // quarry-init; empty means the one installed beside the running executable.
   std::filesystem::path init_binary;
+  // How far the sandboxes' limits together may exceed the host (capacity.overcommit).
+  CapacityConfig::Overcommit overcommit;
 };
 
 class LocalProvider final : public SandboxProvider {
@@ -62,11 +64,13 @@ class LocalProvider final : public SandboxProvider {
   Result<SandboxInfo> start(const SandboxSpec& spec, const Image& image,
                             const SandboxVolume& volume);
   std::vector<std::string> environment(const ExecRequest& request) const;
-  // Admits a new sandbox's disk limit against the volume (SandboxVolume::admit), counting every
-  // recorded sandbox and those being created. The returned guard keeps the limit counted until
-  // the sandbox is recorded (or its creation failed).
+  // Admits a new sandbox's limits against the host (memory and CPU, admit_to_host) and the
+  // volume (disk, SandboxVolume::admit), counting every recorded sandbox and those being
+  // created. The returned guard keeps the limits counted until the sandbox is recorded (or its
+  // creation failed).
   struct Admission;
-  Result<std::unique_ptr<Admission>> admit(const SandboxVolume& volume, uint64_t disk_bytes);
+  Result<std::unique_ptr<Admission>> admit(const SandboxVolume& volume,
+                                           const ResourceLimits& resources);
 
   SandboxConfig config_;
   LocalProviderOptions options_;
@@ -76,13 +80,26 @@ class LocalProvider final : public SandboxProvider {
   std::vector<uint8_t> seccomp_;
   std::mutex volume_mutex_;
   std::optional<SandboxVolume> volume_;
-  // Disk limits of sandboxes being created in this process and not recorded yet, counted by
+  // Limits of sandboxes being created in this process and not recorded yet, counted by
   // admission as if they were (guarded by volume_mutex_).
-  uint64_t admitting_bytes_ = 0;
+  ResourceLimits admitting_{.cpus = 0, .memory_bytes = 0, .disk_bytes = 0, .pids = 0};
   std::atomic<uint64_t> exec_counter_{0};
 };
 
 // Checks label keys and values: short, printable, no '=' or ',' in keys.
 Result<void> validate_labels(const Labels& labels);
+
+// What the host has for sandboxes' limits: its memory less a reserve for itself (a tenth, at
+// least 1 GiB) and its online cores, each times its overcommit factor.
+struct HostCapacity {
+  uint64_t memory_bytes = 0;
+  uint64_t reserve_bytes = 0;
+  double cpus = 0;
+};
+Result<HostCapacity> host_capacity();
+// Whether a sandbox with `wanted` limits fits beside those `committed` to others already;
+// kResourceExhausted naming the figures and what to change when not.
+Result<void> admit_to_host(const HostCapacity& host, const CapacityConfig::Overcommit& overcommit,
+                           const ResourceLimits& committed, const ResourceLimits& wanted);
 
 }  // namespace quarry::sandbox::local

@@ -268,7 +268,8 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
   return {};
 }
 
-Result<void> SandboxVolume::admit(uint64_t committed_bytes, uint64_t limit_bytes) const {
+Result<void> SandboxVolume::admit(uint64_t committed_bytes, uint64_t limit_bytes,
+                                  double overcommit) const {
   auto space = [](const std::filesystem::path& path) -> Result<struct statvfs> {
     struct statvfs info {};
     if (::statvfs(path.c_str(), &info) != 0) return errno_error("statvfs '{}'", path.string());
@@ -303,22 +304,27 @@ Result<void> SandboxVolume::admit(uint64_t committed_bytes, uint64_t limit_bytes
   const uint64_t host_free = static_cast<uint64_t>(host.f_bavail) * host.f_frsize;
   const uint64_t held = static_cast<uint64_t>(file.st_blocks) * 512;
   const uint64_t reserve = reserve_of(host);
-  const uint64_t backed = host_free + held > reserve ? host_free + held - reserve : 0;
+  auto times = [overcommit](uint64_t bytes) {
+    return static_cast<uint64_t>(static_cast<double>(bytes) * overcommit);
+  };
+  const uint64_t backed = times(host_free + held > reserve ? host_free + held - reserve : 0);
   // btrfs keeps some of the volume for its metadata: a tenth is plenty for sandboxes' files.
-  const uint64_t volume_size = static_cast<uint64_t>(volume.f_blocks) * volume.f_frsize / 10 * 9;
+  const uint64_t volume_size =
+      times(static_cast<uint64_t>(volume.f_blocks) * volume.f_frsize / 10 * 9);
   const uint64_t wanted = committed_bytes + limit_bytes;
   if (wanted > volume_size) {
-    return refuse(
-        fmt::format("the sandboxes there now may use {} and the volume {} holds {} "
-                    "(sandbox.local.volume_size)",
-                    format_size(committed_bytes), backing_.string(), format_size(volume_size)));
+    return refuse(fmt::format(
+        "the sandboxes there now may use {} and the volume {} holds {} "
+        "(sandbox.local.volume_size, times capacity.overcommit.disk {:g})",
+        format_size(committed_bytes), backing_.string(), format_size(volume_size), overcommit));
   }
   if (wanted > backed) {
     return refuse(
         fmt::format("the sandboxes there now may use {}, and {} with the {} free on "
-                    "its filesystem can back {} (keeping {} for the host)",
+                    "its filesystem can back {} (keeping {} for the host; times "
+                    "capacity.overcommit.disk {:g})",
                     format_size(committed_bytes), backing_.string(), format_size(host_free),
-                    format_size(backed), format_size(reserve)));
+                    format_size(backed), format_size(reserve), overcommit));
   }
   return {};
 }

@@ -44,10 +44,10 @@ class SandboxVolume {
   // are limited to `committed_bytes` together: the volume is sparse, and a host filesystem that
   // fills up under it turns btrfs read-only for every sandbox. Where the volume is a file, all
   // limits together must fit in what that file holds plus what its filesystem has free, less a
-  // reserve for the host (5 %, at least 512 MiB), and in the volume itself; on a btrfs state
-  // directory the new limit must fit in its free space less the reserve. kResourceExhausted,
-  // with the figures, when not.
-  Result<void> admit(uint64_t committed_bytes, uint64_t limit_bytes) const;
+  // reserve for the host (5 %, at least 512 MiB), and in the volume itself, both times
+  // `overcommit` (capacity.overcommit.disk); on a btrfs state directory the new limit must fit
+  // in its free space less the reserve. kResourceExhausted, with the figures, when not.
+  Result<void> admit(uint64_t committed_bytes, uint64_t limit_bytes, double overcommit = 1.0) const;
 
   const std::filesystem::path& mount_point() const { return mount_point_; }
   // The block devices the volume is on: its loop device, or the disks of a btrfs state
