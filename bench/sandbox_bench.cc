@@ -46,20 +46,24 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// What a run that fails half way must still take apart: its sandboxes (their inits would
+// live on), the volume and the state directory. Set once the provider is open.
+std::function<void()> clean_up = [] {};
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  clean_up();
+  std::exit(1);
+}
+
 template <typename T>
 T must(quarry::Result<T> result, const char* what) {
-  if (!result) {
-    std::fprintf(stderr, "%s: %s\n", what, result.error().message.c_str());
-    std::exit(1);
-  }
+  if (!result) fail(fmt::format("{}: {}", what, result.error().message));
   return std::move(*result);
 }
 
 void must(quarry::Result<void> result, const char* what) {
-  if (!result) {
-    std::fprintf(stderr, "%s: %s\n", what, result.error().message.c_str());
-    std::exit(1);
-  }
+  if (!result) fail(fmt::format("{}: {}", what, result.error().message));
 }
 
 // posix_spawn + wait of argv, in milliseconds.
@@ -74,16 +78,14 @@ double spawn_and_wait(const std::vector<std::string>& args) {
   auto start = Clock::now();
   pid_t pid = 0;
   if (::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) {
-    std::fprintf(stderr, "cannot run %s\n", argv[0]);
-    std::exit(1);
+    fail(fmt::format("cannot run {}", argv[0]));
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
   double elapsed = ms_since(start);
   posix_spawn_file_actions_destroy(&actions);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "%s failed (status %d)\n", argv[0], status);
-    std::exit(1);
+    fail(fmt::format("{} failed (status {})", argv[0], status));
   }
   return elapsed;
 }
@@ -152,6 +154,17 @@ int main(int argc, char** argv) {
   auto provider = must(
       LocalProvider::open(config.sandbox, {state_dir, cache_dir, init, config.capacity.overcommit}),
       "open");
+  clean_up = [&] {
+    if (provider) {
+      if (auto left = provider->find({})) {
+        for (const auto& info : *left)
+          (void)provider->destroy(info.id);
+      }
+      provider.reset();
+    }
+    ::umount2((state_dir / "sandboxes").c_str(), 0);
+    std::filesystem::remove_all(state_dir);
+  };
   auto definition =
       must(quarry::sandbox::local::default_image_definition(config.sandbox), "image definition");
   auto image = must(quarry::sandbox::local::ImageStore(cache_dir).find(definition), "image");
@@ -215,10 +228,7 @@ int main(int argc, char** argv) {
     auto start = Clock::now();
     auto result = must(provider->exec(sandbox.id, request), "exec");
     double elapsed = ms_since(start);
-    if (result.exit_code != 0) {
-      std::fprintf(stderr, "exec failed: %s\n", result.stderr_text.c_str());
-      std::exit(1);
-    }
+    if (result.exit_code != 0) fail(fmt::format("exec failed: {}", result.stderr_text));
     overhead_ms.push_back(result.overhead_ms);
     return elapsed;
   };
@@ -261,9 +271,7 @@ int main(int argc, char** argv) {
   });
 
   const std::string cgroup_version(provider->cgroup_version());
-  provider.reset();
-  ::umount2((state_dir / "sandboxes").c_str(), 0);
-  std::filesystem::remove_all(state_dir);
+  clean_up();
 
   std::printf("quarry sandbox benchmark (cgroup %s, image %s); milliseconds\n\n",
               cgroup_version.c_str(), image.hash.c_str());
