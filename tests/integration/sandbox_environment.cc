@@ -103,7 +103,15 @@ std::vector<pid_t> host_processes_of(std::string_view id) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     auto cgroups = read_file(entry.path() / "cgroup");
-    if (cgroups && cgroups->find(needle) != std::string::npos) pids.push_back(std::stoi(name));
+    if (!cgroups || cgroups->find(needle) == std::string::npos) continue;
+    // A process killed a moment ago may still be a zombie, waiting for the sandbox's init to
+    // reap it: it is gone, though /proc still shows its cgroups.
+    auto stat = read_file(entry.path() / "stat");
+    if (stat) {
+      const auto name_end = stat->rfind(") ");
+      if (name_end != std::string::npos && stat->compare(name_end + 2, 1, "Z") == 0) continue;
+    }
+    pids.push_back(std::stoi(name));
   }
   return pids;
 }

@@ -49,7 +49,8 @@ class ScopedSandbox {
   std::string id_;
 };
 
-// Host pids whose cgroup (in any hierarchy) is under quarry/<id>, read from /proc.
+// Host pids whose cgroup (in any hierarchy) is under quarry/<id>, read from /proc; zombies
+// (dead, not yet reaped by the sandbox's init) are not counted.
 std::vector<pid_t> host_processes_of(std::string_view id);
 
 // Reaps sandbox inits re-parented to this process (a subreaper) after their creator died and
