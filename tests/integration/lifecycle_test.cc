@@ -4,15 +4,20 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "common/command.h"
 #include "common/file_util.h"
+#include "common/unique_fd.h"
 #include "sandbox_environment.h"
 
 extern char** environ;
@@ -268,6 +273,72 @@ TEST(Lifecycle, DestroyLeavesNothingBehind) {
   auto again = provider().destroy(id);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, ErrorCode::kNotFound);
+}
+
+// The quarry-init processes that are this process's children, alive or not yet reaped.
+std::set<pid_t> our_inits() {
+  std::set<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto stat = read_file(entry.path() / "stat");
+    if (!stat || stat->find("(quarry-init) ") == std::string::npos) continue;
+    std::istringstream fields(stat->substr(stat->rfind(')') + 2));
+    char state = 0;
+    pid_t parent = 0;
+    fields >> state >> parent;
+    if (parent == ::getpid()) pids.insert(std::stoi(name));
+  }
+  return pids;
+}
+
+// A create that fails after init was started, before its record names it (saving the record
+// failed), killed nothing: init waited for a setup that never came. Here the record cannot be
+// saved (a directory is planted at its name the moment the sandbox's directory appears), and
+// init must be gone, reaped, after the failure.
+TEST(Lifecycle, ACreateThatFailsAfterInitStartedLeavesNoInit) {
+  { ScopedSandbox first; }  // the volume is mounted on first use
+  const auto sandboxes = SandboxEnvironment::get().state_dir() / "sandboxes";
+  const auto before = our_inits();
+  UniqueFd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  ASSERT_TRUE(watch);
+  ASSERT_GE(::inotify_add_watch(watch.get(), sandboxes.c_str(), IN_CREATE | IN_ONLYDIR), 0);
+  std::atomic<bool> done = false;
+  std::thread planter([&] {
+    alignas(inotify_event) char buffer[4096];
+    while (!done) {
+      const ssize_t length = ::read(watch.get(), buffer, sizeof(buffer));
+      if (length <= 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        continue;
+      }
+      for (ssize_t at = 0; at < length;) {
+        const auto* event = reinterpret_cast<const inotify_event*>(buffer + at);
+        if (event->len > 0) {
+          const auto record = sandboxes / event->name / "sandbox.json";
+          ::mkdir(record.c_str(), 0700);
+          ::mkdir((record / "in-the-way").c_str(), 0700);
+        }
+        at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+      }
+    }
+  });
+  // The planter may be too slow for a start (one takes milliseconds): a few tries.
+  int failed = 0;
+  for (int attempt = 0; attempt < 10 && failed == 0; ++attempt) {
+    auto created = provider().create(ScopedSandbox::default_spec());
+    if (created) {
+      (void)provider().destroy(created->id);
+      continue;
+    }
+    ++failed;
+    EXPECT_NE(created.error().message.find("sandbox.json"), std::string::npos)
+        << created.error().message;
+  }
+  done = true;
+  planter.join();
+  ASSERT_EQ(failed, 1) << "the record was never in the way";
+  EXPECT_EQ(our_inits(), before) << "an init outlived the failed create";
 }
 
 TEST(Lifecycle, ADeadSandboxIsReportedNotHidden) {
