@@ -7,6 +7,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "common/hex.h"
+
 namespace quarry {
 
 std::string random_id() {
@@ -21,11 +23,7 @@ std::string random_secret() {
     // OpenSSL could not seed its generator: never hand out a guessable secret.
     throw std::runtime_error("OpenSSL's random generator failed");
   }
-  std::string hex;
-  hex.reserve(2 * sizeof bytes);
-  for (unsigned char byte : bytes)
-    hex += fmt::format("{:02x}", byte);
-  return hex;
+  return to_hex(bytes);
 }
 
 }  // namespace quarry

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <optional>
-#include <span>
 #include <utility>
+
+#include "common/hex.h"
 
 namespace quarry::sandbox::local::protocol {
 namespace {
@@ -187,40 +187,6 @@ Result<ExecRequest> exec_request_from_json(const nlohmann::json& body) {
   }
 }
 
-namespace {
-
-// The seccomp program travels as one hex string: as a list of numbers it took more than half a
-// millisecond to write and read back, at every sandbox start.
-std::string to_hex(std::span<const uint8_t> bytes) {
-  constexpr char kDigits[] = "0123456789abcdef";
-  std::string text;
-  text.reserve(bytes.size() * 2);
-  for (uint8_t byte : bytes) {
-    text.push_back(kDigits[byte >> 4]);
-    text.push_back(kDigits[byte & 0xf]);
-  }
-  return text;
-}
-
-std::optional<std::vector<uint8_t>> from_hex(std::string_view text) {
-  auto digit = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  if (text.size() % 2 != 0) return std::nullopt;
-  std::vector<uint8_t> bytes;
-  bytes.reserve(text.size() / 2);
-  for (size_t i = 0; i < text.size(); i += 2) {
-    const int high = digit(text[i]), low = digit(text[i + 1]);
-    if (high < 0 || low < 0) return std::nullopt;
-    bytes.push_back(static_cast<uint8_t>(high << 4 | low));
-  }
-  return bytes;
-}
-
-}  // namespace
-
 nlohmann::json to_json(const Setup& setup) {
   nlohmann::json cgroup_mounts = nlohmann::json::array();
   for (const auto& mount : setup.cgroup_mounts) {
@@ -242,6 +208,8 @@ nlohmann::json to_json(const Setup& setup) {
       {"host_id_base", setup.host_id_base},
       {"home", setup.home},
       {"directories", setup.directories},
+      // One hex string: as a list of numbers it took more than half a millisecond to write
+      // and read back, at every sandbox start.
       {"seccomp_filter", to_hex(setup.seccomp_filter)},
       {"max_processes", setup.max_processes},
       {"cgroup_mounts", cgroup_mounts},
