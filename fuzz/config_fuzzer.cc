@@ -5,19 +5,9 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "check.h"
 #include "common/url.h"
 #include "config/config.h"
-
-namespace {
-
-void check(bool condition, const char* what) {
-  if (!condition) {
-    fmt::print(stderr, "config_fuzzer: {}\n", what);
-    std::abort();
-  }
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "check.h"
 #include "data/column_builder.h"
 #include "data/pg_types.h"
 
@@ -26,13 +27,6 @@ constexpr uint32_t kOids[] = {
     1115, 1185, 1231, 2951, 3807,
     // interval, which export_query refuses.
     1186};
-
-void check(bool condition, std::string_view what) {
-  if (!condition) {
-    fmt::print(stderr, "pg_types_fuzzer: {}\n", what);
-    std::abort();
-  }
-}
 
 }  // namespace
 

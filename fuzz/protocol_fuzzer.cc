@@ -9,18 +9,12 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "check.h"
 #include "sandbox/local/protocol.h"
 
 namespace {
 
 namespace protocol = quarry::sandbox::local::protocol;
-
-void check(bool condition, const char* what) {
-  if (!condition) {
-    fmt::print(stderr, "protocol_fuzzer: {}\n", what);
-    std::abort();
-  }
-}
 
 void read_body(const nlohmann::json& body) {
   // As init reads what the host sends.

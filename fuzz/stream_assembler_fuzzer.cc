@@ -11,18 +11,12 @@
 
 #include "agent/openai_protocol.h"
 #include "agent/stream_assembler.h"
+#include "check.h"
 
 namespace {
 
 using nlohmann::json;
 using namespace quarry::agent;
-
-void check(bool condition, const char* what) {
-  if (!condition) {
-    fmt::print(stderr, "stream_assembler_fuzzer: {}\n", what);
-    std::abort();
-  }
-}
 
 }  // namespace
 

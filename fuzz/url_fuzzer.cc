@@ -6,18 +6,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "check.h"
 #include "common/url.h"
-
-namespace {
-
-void check(bool condition, const char* what) {
-  if (!condition) {
-    fmt::print(stderr, "url_fuzzer: {}\n", what);
-    std::abort();
-  }
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
