@@ -20,10 +20,6 @@ namespace {
 constexpr std::string_view kControllers = "+memory +cpu +pids";
 constexpr uint64_t kCpuPeriodUs = 100'000;
 
-bool has(const std::vector<std::string>& items, std::string_view item) {
-  return std::find(items.begin(), items.end(), item) != items.end();
-}
-
 // One line of io.max: "8:16 rbps=2097152 wbps=max riops=max wiops=120".
 std::string io_max_line(const IoLimit& limit) {
   auto value = [](uint64_t number) { return number == 0 ? "max" : std::to_string(number); };
@@ -34,18 +30,21 @@ std::string io_max_line(const IoLimit& limit) {
 
 class CgroupV2 final : public CgroupDriver {
  public:
-  CgroupV2(std::filesystem::path root, std::string parent, std::vector<std::string> controllers)
-      : root_(std::move(root)), parent_(root_ / parent) {
-    for (std::string_view optional : {"io", "hugetlb"}) {
-      if (has(controllers, optional)) optional_.emplace_back(optional);
-    }
-    sandbox_controllers_ = kControllers;
-    for (const auto& controller : optional_)
-      sandbox_controllers_ += " +" + controller;
-  }
+  CgroupV2(std::filesystem::path root, std::string parent,
+           const std::vector<std::string>& controllers)
+      : root_(std::move(root)),
+        parent_(root_ / parent),
+        io_(std::ranges::find(controllers, "io") != controllers.end()),
+        hugetlb_(std::ranges::find(controllers, "hugetlb") != controllers.end()) {}
 
   std::string_view version() const override { return "v2"; }
-  std::vector<std::string> optional_controllers() const override { return optional_; }
+
+  std::vector<std::string> optional_controllers() const override {
+    std::vector<std::string> controllers;
+    if (io_) controllers.emplace_back("io");
+    if (hugetlb_) controllers.emplace_back("hugetlb");
+    return controllers;
+  }
 
   Result<void> create_sandbox(std::string_view sandbox, const CgroupLimits& limits) override {
     RETURN_IF_ERROR(ensure_parent());
@@ -53,12 +52,12 @@ class CgroupV2 final : public CgroupDriver {
     RETURN_IF_ERROR(make_cgroup(dir));
     RETURN_IF_ERROR(set_limits(dir, limits));
     RETURN_IF_ERROR(write_control_file(dir / "pids.max", std::to_string(limits.pids)));
-    if (has(optional_, "io")) {
+    if (io_) {
       for (const auto& limit : limits.io) {
         RETURN_IF_ERROR(write_control_file(dir / "io.max", io_max_line(limit)));
       }
     }
-    if (has(optional_, "hugetlb")) {
+    if (hugetlb_) {
       // No huge pages: they come from a pool the host set aside, outside the memory limit.
       RETURN_IF_ERROR(cgroup_files::write_each(dir, "hugetlb.", ".max", "0"));
     }
@@ -156,11 +155,14 @@ class CgroupV2 final : public CgroupDriver {
 
   Result<void> ensure_parent() {
     if (parent_ready_) return {};
-    RETURN_IF_ERROR(
-        with_context(write_control_file(root_ / "cgroup.subtree_control", sandbox_controllers_),
-                     fmt::format("enabling '{}' for child cgroups", sandbox_controllers_)));
+    // What the parents delegate to sandboxes: what exec cgroups need, and io and hugetlb.
+    std::string controllers(kControllers);
+    if (io_) controllers += " +io";
+    if (hugetlb_) controllers += " +hugetlb";
+    RETURN_IF_ERROR(with_context(write_control_file(root_ / "cgroup.subtree_control", controllers),
+                                 fmt::format("enabling '{}' for child cgroups", controllers)));
     RETURN_IF_ERROR(make_cgroup(parent_));
-    RETURN_IF_ERROR(write_control_file(parent_ / "cgroup.subtree_control", sandbox_controllers_));
+    RETURN_IF_ERROR(write_control_file(parent_ / "cgroup.subtree_control", controllers));
     parent_ready_ = true;
     return {};
   }
@@ -180,8 +182,8 @@ class CgroupV2 final : public CgroupDriver {
 
   std::filesystem::path root_;
   std::filesystem::path parent_;
-  std::vector<std::string> optional_;       // "io", "hugetlb": those the host has
-  std::string sandbox_controllers_;         // what the parents delegate to sandboxes
+  const bool io_;                           // the host has the io controller
+  const bool hugetlb_;                      // and the hugetlb controller
   std::atomic<bool> parent_ready_ = false;  // creates may run on several threads
 };
 

@@ -249,14 +249,29 @@ Result<const SandboxVolume*> LocalProvider::volume() {
   return &*volume_;
 }
 
+namespace {
+
+// The memory, CPU and disk of `limits`, added to or taken from `total` (what admission counts).
+void add(ResourceLimits& total, const ResourceLimits& limits) {
+  total.memory_bytes += limits.memory_bytes;
+  total.cpus += limits.cpus;
+  total.disk_bytes += limits.disk_bytes;
+}
+
+void take_away(ResourceLimits& total, const ResourceLimits& limits) {
+  total.memory_bytes -= limits.memory_bytes;
+  total.cpus -= limits.cpus;
+  total.disk_bytes -= limits.disk_bytes;
+}
+
+}  // namespace
+
 struct LocalProvider::Admission {
   LocalProvider& provider;
   ResourceLimits limits;
   ~Admission() {
     std::lock_guard lock(provider.volume_mutex_);
-    provider.admitting_.memory_bytes -= limits.memory_bytes;
-    provider.admitting_.cpus -= limits.cpus;
-    provider.admitting_.disk_bytes -= limits.disk_bytes;
+    take_away(provider.admitting_, limits);
   }
 };
 
@@ -266,17 +281,12 @@ Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(
   ASSIGN_OR_RETURN(auto host, host_capacity());
   std::lock_guard lock(volume_mutex_);
   ResourceLimits committed = admitting_;
-  for (const auto& record : records) {
-    committed.memory_bytes += record.resources.memory_bytes;
-    committed.cpus += record.resources.cpus;
-    committed.disk_bytes += record.resources.disk_bytes;
-  }
+  for (const auto& record : records)
+    add(committed, record.resources);
   RETURN_IF_ERROR(admit_to_host(host, options_.overcommit, committed, resources));
   RETURN_IF_ERROR(
       volume.admit(committed.disk_bytes, resources.disk_bytes, options_.overcommit.disk));
-  admitting_.memory_bytes += resources.memory_bytes;
-  admitting_.cpus += resources.cpus;
-  admitting_.disk_bytes += resources.disk_bytes;
+  add(admitting_, resources);
   return std::make_unique<Admission>(*this, resources);
 }
 

@@ -140,13 +140,12 @@ Result<std::vector<dev_t>> block_devices(const std::filesystem::path& mount_poin
   return found;
 }
 
-// The id of the subvolume at `dir`, which is also its qgroup's.
-Result<uint64_t> subvolume_id(const std::filesystem::path& dir) {
-  UniqueFd subvolume(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!subvolume) return errno_error("open '{}'", dir.string());
+// The id of the subvolume `subvolume` (an open directory at `dir`), which is also its
+// qgroup's.
+Result<uint64_t> subvolume_id(int subvolume, const std::filesystem::path& dir) {
   btrfs_ioctl_ino_lookup_args lookup{};
   lookup.objectid = BTRFS_FIRST_FREE_OBJECTID;
-  if (::ioctl(subvolume.get(), BTRFS_IOC_INO_LOOKUP, &lookup) != 0) {
+  if (::ioctl(subvolume, BTRFS_IOC_INO_LOOKUP, &lookup) != 0) {
     return errno_error("looking up the id of subvolume '{}'", dir.string());
   }
   return lookup.treeid;
@@ -157,7 +156,7 @@ Result<SandboxDirectory> fill_subvolume(const std::filesystem::path& dir, uint64
                                         uint32_t root_uid) {
   UniqueFd subvolume(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!subvolume) return errno_error("open '{}'", dir.string());
-  ASSIGN_OR_RETURN(const uint64_t qgroup, subvolume_id(dir));
+  ASSIGN_OR_RETURN(const uint64_t qgroup, subvolume_id(subvolume.get(), dir));
   // qgroupid 0 means "the subvolume this file is in".
   btrfs_ioctl_qgroup_limit_args limit{};
   limit.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
@@ -244,7 +243,9 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
   // A record saved before its qgroup was known (or a half-made subvolume) does not name it:
   // the subvolume does.
   if (qgroup == 0) {
-    if (auto id_of = subvolume_id(dir)) qgroup = *id_of;
+    UniqueFd subvolume(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    auto id_of = subvolume ? subvolume_id(subvolume.get(), dir) : Result<uint64_t>(0);
+    if (id_of) qgroup = *id_of;
   }
   btrfs_ioctl_vol_args destroy{};
   std::strncpy(destroy.name, std::string(id).c_str(), BTRFS_PATH_NAME_MAX);
