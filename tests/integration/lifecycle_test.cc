@@ -18,6 +18,7 @@
 #include "common/command.h"
 #include "common/file_util.h"
 #include "common/unique_fd.h"
+#include "sandbox/local/idmap.h"
 #include "sandbox_environment.h"
 
 extern char** environ;
@@ -339,6 +340,58 @@ TEST(Lifecycle, ACreateThatFailsAfterInitStartedLeavesNoInit) {
   planter.join();
   ASSERT_EQ(failed, 1) << "the record was never in the way";
   EXPECT_EQ(our_inits(), before) << "an init outlived the failed create";
+}
+
+// Several threads create at once (as a server's turns and its warm pool do). Each create makes
+// a short-lived child for its id map; a child made by one thread must not hold another thread's
+// pipe open, or both wait for ever. A watchdog turns such a hang into a failure.
+TEST(Lifecycle, ManyThreadsCreateAtOnce) {
+  std::atomic<bool> finished = false;
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !finished; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!finished) {
+      std::fprintf(stderr, "Lifecycle.ManyThreadsCreateAtOnce: creates hung for 60 s\n");
+      std::_Exit(1);
+    }
+  });
+  sandbox::SandboxSpec spec = ScopedSandbox::default_spec();
+  spec.resources.cpus = 0.25;  // eight at once fit the host's CPU admission beside others
+  std::atomic<int> made = 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 4; ++i) {
+        auto created = provider().create(spec);
+        ASSERT_TRUE(created) << created.error().message;
+        auto result = run(created->id, {"true"});
+        EXPECT_TRUE(result && result->exit_code == 0);
+        EXPECT_TRUE(provider().destroy(created->id));
+        ++made;
+      }
+    });
+  }
+  // The id maps alone, many at once: the window in which two children overlap is small.
+  const auto images = SandboxEnvironment::get().cache_dir() / "images";
+  std::filesystem::path tree;
+  for (const auto& entry : std::filesystem::directory_iterator(images)) {
+    if (std::filesystem::is_directory(entry.path() / "rootfs")) tree = entry.path() / "rootfs";
+  }
+  ASSERT_FALSE(tree.empty());
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 300; ++i) {
+        auto mapped = sandbox::local::idmapped_tree(tree, 1u << 30, (1u << 30) + 65536, 65536);
+        ASSERT_TRUE(mapped) << mapped.error().message;
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  finished = true;
+  watchdog.join();
+  EXPECT_EQ(made.load(), 32);
 }
 
 TEST(Lifecycle, ADeadSandboxIsReportedNotHidden) {

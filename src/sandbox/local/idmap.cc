@@ -20,12 +20,17 @@ Result<UniqueFd> mapping_namespace(uint32_t from, uint32_t to, uint32_t count) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return errno_error("pipe2");
   UniqueFd wait_end(pipe_fds[0]), release_end(pipe_fds[1]);
-  // Raw clone: like fork, but the child starts in a new user namespace. It only reads and
-  // exits, which is safe in the child of a threaded process.
+  // Raw clone: like fork, but the child starts in a new user namespace. It only closes, reads
+  // and exits, which is safe in the child of a threaded process.
   const long pid = ::syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, nullptr, nullptr, nullptr, 0);
   if (pid < 0) return errno_error("clone(CLONE_NEWUSER)");
   if (pid == 0) {
-    ::close(release_end.get());  // so that the parent closing its end is the end of the file
+    // Every descriptor but its own end of the pipe: the parent closing the other end must be the
+    // end of the file, and a child made at the same time by another thread holds a copy of this
+    // pipe's write end (and this child of its pipe's) unless both close what they inherited.
+    const unsigned wait_fd = static_cast<unsigned>(wait_end.get());
+    if (wait_fd > 0) ::syscall(SYS_close_range, 0u, wait_fd - 1, 0u);
+    ::syscall(SYS_close_range, wait_fd + 1, ~0u, 0u);
     char byte;
     (void)!::read(wait_end.get(), &byte, 1);
     ::_exit(0);
