@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "common/file_util.h"
 #include "common/unique_fd.h"
 #include "sandbox/local/idmap.h"
+#include "sandbox/local/local_provider.h"
 #include "sandbox_environment.h"
 
 extern char** environ;
@@ -392,6 +395,43 @@ TEST(Lifecycle, ManyThreadsCreateAtOnce) {
   finished = true;
   watchdog.join();
   EXPECT_EQ(made.load(), 32);
+}
+
+// Sandboxes created at once that together fill the host's CPU admission exactly are all
+// admitted: one being created counts once, not also by the record it writes half way through.
+TEST(Lifecycle, ConcurrentCreatesUpToTheHostLimitAreAllAdmitted) {
+  auto host = sandbox::local::host_capacity();
+  ASSERT_TRUE(host);
+  auto existing = provider().find({});
+  ASSERT_TRUE(existing);
+  double committed = 0;
+  for (const auto& info : *existing)
+    committed += info.resources.cpus;
+  const double free = host->cpus * CapacityConfig::Overcommit{}.cpu - committed;
+  ASSERT_GT(free, 0.8);
+  sandbox::SandboxSpec spec = ScopedSandbox::default_spec();
+  spec.resources.cpus = std::floor(free / 8 * 100) / 100;  // eight of them fill it
+  std::mutex mutex;
+  std::vector<std::string> made;
+  std::vector<std::string> refused;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      auto created = provider().create(spec);
+      std::lock_guard lock(mutex);
+      if (created) {
+        made.push_back(created->id);
+      } else {
+        refused.push_back(created.error().message);
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  for (const auto& id : made)
+    EXPECT_TRUE(provider().destroy(id));
+  EXPECT_EQ(made.size(), 8u);
+  EXPECT_TRUE(refused.empty()) << refused.front();
 }
 
 TEST(Lifecycle, ADeadSandboxIsReportedNotHidden) {

@@ -15,6 +15,7 @@
 
 #include <cstring>
 #include <future>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -258,36 +259,44 @@ void add(ResourceLimits& total, const ResourceLimits& limits) {
   total.disk_bytes += limits.disk_bytes;
 }
 
-void take_away(ResourceLimits& total, const ResourceLimits& limits) {
-  total.memory_bytes -= limits.memory_bytes;
-  total.cpus -= limits.cpus;
-  total.disk_bytes -= limits.disk_bytes;
-}
-
 }  // namespace
 
 struct LocalProvider::Admission {
   LocalProvider& provider;
-  ResourceLimits limits;
+  uint64_t key;
+  // The sandbox's id, once drawn: its record, when there is one, counts it from then on.
+  void name(const std::string& id) {
+    std::lock_guard lock(provider.volume_mutex_);
+    provider.admitting_.at(key).id = id;
+  }
   ~Admission() {
     std::lock_guard lock(provider.volume_mutex_);
-    take_away(provider.admitting_, limits);
+    provider.admitting_.erase(key);
   }
 };
 
 Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(
     const SandboxVolume& volume, const ResourceLimits& resources) {
-  ASSIGN_OR_RETURN(auto records, state_.list());
   ASSIGN_OR_RETURN(auto host, host_capacity());
   std::lock_guard lock(volume_mutex_);
-  ResourceLimits committed = admitting_;
-  for (const auto& record : records)
+  // Listed under the lock, so a sandbox being created is counted once: by its record if it has
+  // one already, else as in flight.
+  ASSIGN_OR_RETURN(auto records, state_.list());
+  ResourceLimits committed{.cpus = 0, .memory_bytes = 0, .disk_bytes = 0, .pids = 0};
+  std::set<std::string> recorded;
+  for (const auto& record : records) {
     add(committed, record.resources);
+    recorded.insert(record.id);
+  }
+  for (const auto& [key, in_flight] : admitting_) {
+    if (!recorded.contains(in_flight.id)) add(committed, in_flight.limits);
+  }
   RETURN_IF_ERROR(admit_to_host(host, options_.overcommit, committed, resources));
   RETURN_IF_ERROR(
       volume.admit(committed.disk_bytes, resources.disk_bytes, options_.overcommit.disk));
-  add(admitting_, resources);
-  return std::make_unique<Admission>(*this, resources);
+  const uint64_t key = next_admission_++;
+  admitting_[key] = {resources, ""};
+  return std::unique_ptr<Admission>(new Admission{*this, key});
 }
 
 Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
@@ -303,14 +312,14 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
   ASSIGN_OR_RETURN(auto admission, admit(*volume, spec.resources));
   for (int attempt = 0;; ++attempt) {
-    auto started = start(spec, image, *volume);
+    auto started = start(spec, image, *volume, *admission);
     if (started || started.error().code != ErrorCode::kAborted || attempt >= 8) return started;
     spdlog::debug("{}; starting again with other ids", started.error().message);
   }
 }
 
 Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& image,
-                                         const SandboxVolume& volume) {
+                                         const SandboxVolume& volume, Admission& admission) {
   // The sandbox's subvolume holds everything it has on disk, so it is made first; a random id
   // that is already taken is simply drawn again.
   // It gets a host id range of its own, so no two sandboxes share a host uid.
@@ -323,6 +332,7 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
     auto made = volume.create(id, spec.resources.disk_bytes, id_base);
     if (made) {
       directory = std::move(*made);
+      admission.name(id);
       continue;
     }
     state_.release_id_range(id_base);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -61,14 +62,14 @@ class LocalProvider final : public SandboxProvider {
   Result<const SandboxVolume*> volume();
   // One attempt of create(): kAborted when a host process turned out to run with ids of the
   // range it claimed (everything made is taken apart again).
+  struct Admission;
   Result<SandboxInfo> start(const SandboxSpec& spec, const Image& image,
-                            const SandboxVolume& volume);
+                            const SandboxVolume& volume, Admission& admission);
   std::vector<std::string> environment(const ExecRequest& request) const;
   // Admits a new sandbox's limits against the host (memory and CPU, admit_to_host) and the
   // volume (disk, SandboxVolume::admit), counting every recorded sandbox and those being
-  // created. The returned guard keeps the limits counted until the sandbox is recorded (or its
-  // creation failed).
-  struct Admission;
+  // created. The returned guard keeps the limits counted while the sandbox is created; once
+  // it has a record those count instead (never both).
   Result<std::unique_ptr<Admission>> admit(const SandboxVolume& volume,
                                            const ResourceLimits& resources);
 
@@ -80,9 +81,14 @@ class LocalProvider final : public SandboxProvider {
   std::vector<uint8_t> seccomp_;
   std::mutex volume_mutex_;
   std::optional<SandboxVolume> volume_;
-  // Limits of sandboxes being created in this process and not recorded yet, counted by
-  // admission as if they were (guarded by volume_mutex_).
-  ResourceLimits admitting_{.cpus = 0, .memory_bytes = 0, .disk_bytes = 0, .pids = 0};
+  // Sandboxes being created in this process, counted by admission as if they were recorded
+  // until their record exists (guarded by volume_mutex_): their limits, and their id once known.
+  struct InFlight {
+    ResourceLimits limits;
+    std::string id;
+  };
+  std::map<uint64_t, InFlight> admitting_;
+  uint64_t next_admission_ = 0;
   std::atomic<uint64_t> exec_counter_{0};
 };
 
