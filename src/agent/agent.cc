@@ -360,22 +360,31 @@ Result<std::string> Agent::loop(conversation::Turn& turn, std::string_view user_
 
     // Every call gets a result in the history, even when the turn is cancelled half way:
     // a tool call without its result would make the history unusable for the next turn.
-    bool cancelled = false;
+    // The turn also ends when it could not have a sandbox (the system is busy): the model could
+    // do nothing about that.
+    std::optional<Error> stop;
     for (const auto& call : reply.tool_calls) {
-      if (cancelled) {
+      if (stop) {
         Message tool;
         tool.turn = turn.number();
         tool.role = Role::kTool;
         tool.tool_call_id = call.id;
-        tool.content = "(not run: the turn was cancelled)";
-        tool.details = {{"tool", call.name}, {"ok", false}, {"cancelled", true}};
+        const bool cancelled = stop->code == ErrorCode::kCancelled;
+        tool.content = cancelled ? "(not run: the turn was cancelled)"
+                                 : fmt::format("(not run: {})", stop->message);
+        tool.details = {{"tool", call.name}, {"ok", false}};
+        if (cancelled) tool.details["cancelled"] = true;
         RETURN_IF_ERROR(history_.append_message(id, std::move(tool)));
         continue;
       }
       ASSIGN_OR_RETURN(auto result, this->step(turn, step, call, emit, cancel_fd));
-      cancelled = result.cancelled;
+      if (result.cancelled) {
+        stop = Error{ErrorCode::kCancelled, "the turn was cancelled"};
+      } else if (turn.refusal()) {
+        stop = *turn.refusal();
+      }
     }
-    if (cancelled) return make_error(ErrorCode::kCancelled, "the turn was cancelled");
+    if (stop) return std::unexpected(*stop);
   }
   return make_error(ErrorCode::kResourceExhausted,
                     "the turn stopped after {} model steps without an answer (model.max_steps); "
@@ -388,6 +397,7 @@ Result<std::string> Agent::run_turn(conversation::Turn& turn, std::string_view u
   auto emit = [&](const AgentEvent& event) {
     if (on_event) on_event(event);
   };
+  turn.set_cancel_fd(cancel_fd);
   auto answer = loop(turn, user_message, emit, cancel_fd);
   finish(turn, answer ? nullptr : &answer.error(), 0, emit);
   return answer;
@@ -411,6 +421,7 @@ Result<ToolResult> Agent::run_cell(conversation::Turn& turn, const Cell& cell,
   auto emit = [&](const AgentEvent& event) {
     if (on_event) on_event(event);
   };
+  turn.set_cancel_fd(cancel_fd);
   auto ran = [&]() -> Result<ToolResult> {
     RETURN_IF_ERROR(check_cell(cell));
     const std::string id = turn.conversation_id();
@@ -454,6 +465,7 @@ Result<ToolResult> Agent::run_cell(conversation::Turn& turn, const Cell& cell,
     RETURN_IF_ERROR(history_.append_message(id, std::move(assistant)));
     ASSIGN_OR_RETURN(auto result, step(turn, 1, call, emit, cancel_fd));
     if (result.cancelled) return make_error(ErrorCode::kCancelled, "the cell was cancelled");
+    if (turn.refusal()) return std::unexpected(*turn.refusal());
     return result;
   }();
   finish(turn, ran ? nullptr : &ran.error(), 1, emit);

@@ -401,8 +401,45 @@ Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConf
 }
 
 Result<void> parse_capacity(const Walker& walk, const YAML::Node& node, CapacityConfig& out) {
-  RETURN_IF_ERROR(walk.check_map(node, "capacity", {"overcommit"}));
+  RETURN_IF_ERROR(walk.check_map(node, "capacity",
+                                 {"max_sandboxes", "max_per_user", "max_queue", "queue_timeout",
+                                  "warm_pool", "accounts", "overcommit"}));
   if (node.IsNull()) return {};
+  for (auto [key, out_count, max] : {std::tuple{"max_sandboxes", &out.max_sandboxes, 10000u},
+                                     std::tuple{"max_per_user", &out.max_per_user, 10000u},
+                                     std::tuple{"max_queue", &out.max_queue, 100000u}}) {
+    if (auto value = node[key]) {
+      ASSIGN_OR_RETURN(auto count, walk.count(value, fmt::format("capacity.{}", key), 1, max));
+      *out_count = static_cast<uint32_t>(count);
+    }
+  }
+  if (auto value = node["queue_timeout"]) {
+    ASSIGN_OR_RETURN(out.queue_timeout, walk.positive_duration(value, "capacity.queue_timeout"));
+  }
+  if (auto pool = node["warm_pool"]) {
+    RETURN_IF_ERROR(walk.check_map(pool, "capacity.warm_pool", {"min_idle"}));
+    if (auto value = pool["min_idle"]) {
+      ASSIGN_OR_RETURN(auto count, walk.count(value, "capacity.warm_pool.min_idle", 0, 10000));
+      out.warm_pool.min_idle = static_cast<uint32_t>(count);
+    }
+  }
+  if (auto accounts = node["accounts"]) {
+    if (!accounts.IsMap() || accounts.size() == 0) {
+      return walk.fail(accounts, "capacity.accounts",
+                       "must map each account's name to its limits, e.g. "
+                       "'accounts: {{local: {{max_sandboxes: 8}}}}'");
+    }
+    for (const auto& entry : accounts) {
+      ASSIGN_OR_RETURN(auto name, walk.scalar(entry.first, "capacity.accounts"));
+      const std::string path = fmt::format("capacity.accounts.{}", name);
+      RETURN_IF_ERROR(walk.check_map(entry.second, path, {"max_sandboxes"}));
+      uint64_t max = out.max_sandboxes;
+      if (auto value = entry.second["max_sandboxes"]) {
+        ASSIGN_OR_RETURN(max, walk.count(value, path + ".max_sandboxes", 1, 10000));
+      }
+      out.accounts.emplace_back(name, static_cast<uint32_t>(max));
+    }
+  }
   if (auto overcommit = node["overcommit"]) {
     RETURN_IF_ERROR(walk.check_map(overcommit, "capacity.overcommit", {"memory", "cpu", "disk"}));
     for (auto [key, factor] : {std::pair{"memory", &out.overcommit.memory},
@@ -416,6 +453,23 @@ Result<void> parse_capacity(const Walker& walk, const YAML::Node& node, Capacity
         return walk.fail(value, path, "must be between 0.1 and 100 (1.0: no overcommit)");
       }
     }
+  }
+  return {};
+}
+
+// What one section cannot check alone.
+Result<void> check_capacity(const Walker& walk, const YAML::Node& root, const Config& config) {
+  const auto& capacity = config.capacity;
+  if (capacity.warm_pool.min_idle >= capacity.max_sandboxes) {
+    return walk.fail(root["capacity"]["warm_pool"]["min_idle"], "capacity.warm_pool.min_idle",
+                     "must be less than capacity.max_sandboxes ({}), or no conversation could "
+                     "ever have a sandbox of its own",
+                     capacity.max_sandboxes);
+  }
+  if (config.sandbox.provider == "local" && capacity.accounts.size() > 1) {
+    return walk.fail(root["capacity"]["accounts"], "capacity.accounts",
+                     "the local provider has a single account; several accounts are for a "
+                     "remote provider");
   }
   return {};
 }
@@ -462,6 +516,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
       RETURN_IF_ERROR(parse_conversations(walk, conversations, config.conversations));
     if (auto model = root["model"]) RETURN_IF_ERROR(parse_model(walk, model, config.model));
     if (auto server = root["server"]) RETURN_IF_ERROR(parse_server(walk, server, config.server));
+    RETURN_IF_ERROR(check_capacity(walk, root, config));
   } catch (const YAML::Exception& error) {
     return make_error(ErrorCode::kInvalidArgument, "{}:{}: {}", source, error.mark.line + 1,
                       error.msg);

@@ -123,8 +123,19 @@ struct ServerConfig {
   std::string web_dir;
 };
 
-// How a limited host is shared among sandboxes (issue 12 adds limits, a warm pool, a queue).
+// How a limited number of sandboxes is shared among conversations (capacity/scheduler.h).
 struct CapacityConfig {
+  uint32_t max_sandboxes = 16;  // at once, in total: warm, starting, busy and idle
+  uint32_t max_per_user = 4;    // held by one user's conversations
+  // Turns waiting for a sandbox (or a worker); a new turn past it is refused (HTTP 429).
+  uint32_t max_queue = 100;
+  Duration queue_timeout = std::chrono::minutes(2);  // a turn waits this long, then fails
+  struct WarmPool {
+    uint32_t min_idle = 0;  // sandboxes kept started and ready for a conversation's first use
+  } warm_pool;
+  // The provider's accounts, each with a quota of its own: name -> max sandboxes. Empty: one
+  // account, "local", with max_sandboxes. The local provider has a single account.
+  std::vector<std::pair<std::string, uint32_t>> accounts;
   // How far the limits of all sandboxes together may exceed what the host has: the local
   // provider refuses a sandbox past it. 1.0: the sum of memory limits stays under the host's
   // memory less a reserve, the sum of disk limits under what the volume can back; CPU quotas

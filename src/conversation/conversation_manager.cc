@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "common/random_id.h"
@@ -41,11 +42,12 @@ std::string command_line(const std::vector<std::string>& argv) {
 // What the agent is told when its files did not survive.
 std::string replacement_notice(SandboxLifecycle previous, const std::vector<std::string>& files,
                                std::chrono::milliseconds idle_timeout) {
-  std::string why = previous == kDead ? "the previous one stopped"
-                                      : fmt::format(
-                                            "the previous one was deleted (idle for "
-                                            "more than {}, or the server restarted)",
-                                            format_duration(idle_timeout));
+  std::string why = previous == kDead
+                        ? "the previous one stopped"
+                        : fmt::format(
+                              "the previous one was deleted (idle for more than {}, its place "
+                              "was needed by another conversation, or the server restarted)",
+                              format_duration(idle_timeout));
   std::string text = fmt::format("Note: this runs in a new sandbox; {}.", why);
   if (files.empty()) return text + " Files created there earlier are gone.";
   return text + fmt::format(" Files written there earlier are gone and must be created again: {}.",
@@ -61,6 +63,18 @@ ManagerOptions manager_options(const Config& config) {
   options.spec.network = config.sandbox.network;
   options.prepare.directories = {config.sandbox.data_dir, config.sandbox.output_dir};
   options.idle_timeout = config.sandbox.idle_timeout;
+  const auto& capacity = config.capacity;
+  options.capacity.max_sandboxes = static_cast<int>(capacity.max_sandboxes);
+  options.capacity.max_per_user = static_cast<int>(capacity.max_per_user);
+  options.capacity.max_queue = static_cast<int>(capacity.max_queue);
+  options.capacity.queue_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(capacity.queue_timeout);
+  options.capacity.warm_min_idle = static_cast<int>(capacity.warm_pool.min_idle);
+  options.account_max_sandboxes = static_cast<int>(capacity.max_sandboxes);
+  if (!capacity.accounts.empty()) {
+    options.account = capacity.accounts.front().first;
+    options.account_max_sandboxes = static_cast<int>(capacity.accounts.front().second);
+  }
   return options;
 }
 
@@ -70,7 +84,24 @@ ConversationManager::ConversationManager(sandbox::SandboxProvider& provider, His
       history_(history),
       clock_(clock),
       options_(std::move(options)),
-      boot_id_(random_id()) {}
+      boot_id_(random_id()) {
+  capacity::SchedulerOptions capacity = options_.capacity;
+  capacity.spec = options_.spec;
+  capacity.spec.labels[std::string(kInstanceLabel)] = options_.instance_id;
+  capacity.spec.labels[std::string(kBootLabel)] = boot_id_;
+  capacity.prepare = options_.prepare;
+  scheduler_ = std::make_unique<capacity::Scheduler>(
+      std::vector<capacity::Account>{
+          {options_.account, &provider_, options_.account_max_sandboxes}},
+      std::move(capacity));
+  scheduler_->set_evict([this](const std::string& conversation_id, const std::string& sandbox_id) {
+    return evict(conversation_id, sandbox_id);
+  });
+}
+
+ConversationManager::~ConversationManager() {
+  scheduler_->shutdown();  // the pool's thread stops before the manager it calls is gone
+}
 
 Result<void> ConversationManager::record(std::string_view conversation_id, int turn,
                                          std::string_view kind, std::string_view sandbox_id,
@@ -119,6 +150,7 @@ Result<std::unique_ptr<Turn>> ConversationManager::begin_turn(std::string_view c
   ASSIGN_OR_RETURN(int number, history_.begin_turn(conversation.id, kind));
   TurnContext context;
   context.conversation_id = conversation.id;
+  context.owner = conversation.owner;
   context.number = number;
   context.kind = kind;
   context.on_event = std::move(on_event);
@@ -172,7 +204,7 @@ Result<void> ConversationManager::delete_conversation(std::string_view conversat
   ASSIGN_OR_RETURN(auto reference, history_.sandbox_reference(conversation.id));
   const SandboxLifecycle state = state_of(reference);
   if ((holds_sandbox(state) || state == kStarting) && !reference.sandbox_id.empty()) {
-    if (auto destroyed = provider_.destroy(reference.sandbox_id);
+    if (auto destroyed = scheduler_->destroy(reference.sandbox_id);
         !destroyed && destroyed.error().code != ErrorCode::kNotFound) {
       return std::unexpected(destroyed.error().with_context("deleting the conversation's sandbox"));
     }
@@ -192,6 +224,8 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
       return std::unexpected(alive.error().with_context("checking the conversation's sandbox"));
     }
     if (alive && *alive) {
+      // Counted from now if an earlier process made it.
+      scheduler_->adopt(reference.sandbox_id, turn.owner, conversation);
       RETURN_IF_ERROR(move(turn, kBusy, ""));
       return reference.sandbox_id;
     }
@@ -201,38 +235,62 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   } else if (state == kStarting) {
     // A process died while creating it; whatever it made is not to be trusted.
     RETURN_IF_ERROR(move(turn, kDead, "creation interrupted"));
-    if (!reference.sandbox_id.empty()) (void)provider_.destroy(reference.sandbox_id);
+    if (!reference.sandbox_id.empty()) (void)scheduler_->destroy(reference.sandbox_id);
     state = kDead;
   }
 
-  // new, deleted or dead: a new sandbox.
+  // new, deleted or dead: a sandbox from the scheduler (warm, started, or after a wait). Nothing
+  // is recorded as changed until one is had, so a turn that waited in vain leaves the
+  // conversation as it was.
   const SandboxLifecycle previous = state;
   const std::string previous_id = reference.sandbox_id;
   const std::vector<std::string> lost_files = reference.files;
-  RETURN_IF_ERROR(move(turn, kStarting, ""));
-  sandbox::SandboxSpec spec = options_.spec;
-  spec.labels[std::string(kInstanceLabel)] = options_.instance_id;
-  spec.labels[std::string(kBootLabel)] = boot_id_;
-  spec.labels[std::string(kConversationLabel)] = conversation;
-  auto created = provider_.create(spec);
-  if (!created) {
-    reference.sandbox_id.clear();
-    (void)move(turn, kDead, "creation failed");
-    return std::unexpected(created.error().with_context("starting a sandbox"));
+  capacity::Request request;
+  request.user = turn.owner;
+  request.conversation_id = conversation;
+  request.labels[std::string(kConversationLabel)] = conversation;
+  request.cancel_fd = turn.cancel_fd;
+  bool queued = false;
+  request.on_queued = [&](const capacity::QueuePosition& place) {
+    const nlohmann::json details = {{"position", place.position}, {"waiting", place.waiting}};
+    if (!queued) {
+      // Once in the history; each later place only to whoever follows the turn.
+      queued = true;
+      (void)record(turn, "queued", "", "every sandbox is in use", details);
+      return;
+    }
+    if (!turn.on_event) return;
+    Event event;
+    event.turn = turn.number;
+    event.kind = "queued";
+    event.reason = "every sandbox is in use";
+    event.details = details;
+    event.created_at = clock_.now();
+    turn.on_event(event);
+  };
+  auto granted = scheduler_->acquire(request);
+  if (!granted) {
+    const auto code = granted.error().code;
+    if (code == ErrorCode::kResourceExhausted || code == ErrorCode::kCancelled) {
+      turn.refusal = granted.error();
+    }
+    return std::unexpected(granted.error().with_context("getting a sandbox"));
   }
-  reference.sandbox_id = created->id;
+  reference.sandbox_id = granted->sandbox_id;
   reference.files.clear();
-  RETURN_IF_ERROR(history_.set_sandbox_reference(conversation, reference));
-  if (auto prepared = provider_.prepare(created->id, options_.prepare); !prepared) {
-    (void)provider_.destroy(created->id);
-    (void)move(turn, kDead, "preparation failed");
-    return std::unexpected(prepared.error().with_context("preparing a sandbox"));
-  }
+  const char* start = granted->warm ? "warm" : "cold";
+  RETURN_IF_ERROR(move(turn, kStarting, start));
   RETURN_IF_ERROR(move(turn, kAssigned, ""));
-  RETURN_IF_ERROR(record(turn, "sandbox_ready", created->id, ""));
-  if (previous == kDead || (previous == kDeleted && !previous_id.empty())) {
+  auto milliseconds = [](std::chrono::microseconds duration) {
+    return static_cast<double>(duration.count()) / 1000;
+  };
+  RETURN_IF_ERROR(record(turn, "sandbox_ready", granted->sandbox_id, "",
+                         {{"start", start},
+                          {"waited_ms", milliseconds(granted->waited)},
+                          {"acquire_ms", milliseconds(granted->acquired)}}));
+  if (!previous_id.empty() && (previous == kDead || previous == kDeleted)) {
     if (previous == kDead) {
-      RETURN_IF_ERROR(record(turn, "sandbox_replaced", created->id, "dead",
+      RETURN_IF_ERROR(record(turn, "sandbox_replaced", granted->sandbox_id, "dead",
                              {{"previous", previous_id}, {"lost_files", lost_files}}));
     }
     turn.notice = replacement_notice(previous, lost_files, options_.idle_timeout);
@@ -244,7 +302,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
 Result<void> ConversationManager::mark_dead(TurnContext& turn, std::string_view why) {
   auto& reference = turn.reference;
   RETURN_IF_ERROR(move(turn, kDead, why));
-  (void)provider_.destroy(reference.sandbox_id);
+  (void)scheduler_->destroy(reference.sandbox_id);
   return record(turn, "sandbox_deleted", reference.sandbox_id, "dead");
 }
 
@@ -263,6 +321,7 @@ void ConversationManager::end_turn(TurnContext& turn) {
   finish_turn(turn, TurnStatus::kFailed, "the turn ended without a result");
   if (state_of(turn.reference) != kBusy) return;
   turn.reference.last_used_at = clock_.now();
+  scheduler_->set_busy(turn.reference.sandbox_id, false);
   if (auto moved = move(turn, kIdle, ""); !moved) {
     spdlog::warn("conversation {}: could not record the end of turn {}: {}", turn.conversation_id,
                  turn.number, moved.error().message);
@@ -280,7 +339,7 @@ Result<bool> ConversationManager::delete_between_turns(
   // Read again under the lock: the reference may have moved on since it was listed.
   ASSIGN_OR_RETURN(auto reference, history_.sandbox_reference(conversation_id));
   if (reference.sandbox_id != sandbox_id || !still(reference)) return false;
-  if (auto destroyed = provider_.destroy(sandbox_id);
+  if (auto destroyed = scheduler_->destroy(sandbox_id);
       !destroyed && destroyed.error().code != ErrorCode::kNotFound) {
     return std::unexpected(destroyed.error());
   }
@@ -310,6 +369,12 @@ Result<int> ConversationManager::reap_idle() {
   return deleted;
 }
 
+Result<bool> ConversationManager::evict(const std::string& conversation_id,
+                                        const std::string& sandbox_id) {
+  auto idle = [](const SandboxReference& reference) { return state_of(reference) == kIdle; };
+  return delete_between_turns(conversation_id, sandbox_id, "evicted", idle);
+}
+
 Result<int> ConversationManager::shutdown() {
   ASSIGN_OR_RETURN(auto references, history_.sandbox_references());
   auto held = [](const SandboxReference& reference) {
@@ -322,32 +387,33 @@ Result<int> ConversationManager::shutdown() {
                      delete_between_turns(conversation_id, reference.sandbox_id, "shutdown", held));
     deleted += done;
   }
-  return deleted;
+  return deleted + scheduler_->shutdown();
 }
 
 Result<int> ConversationManager::destroy_orphans() {
   ASSIGN_OR_RETURN(auto found,
                    provider_.find({{std::string(kInstanceLabel), options_.instance_id}}));
+  // Which conversation holds each sandbox: its reference says so (a sandbox from the warm pool
+  // carries no conversation label).
+  ASSIGN_OR_RETURN(auto references, history_.sandbox_references());
+  std::map<std::string, std::string> holder;
+  for (const auto& [conversation_id, reference] : references) {
+    if (!reference.sandbox_id.empty()) holder[reference.sandbox_id] = conversation_id;
+  }
   int destroyed = 0;
   for (const auto& info : found) {
     auto boot = info.labels.find(std::string(kBootLabel));
     if (boot != info.labels.end() && boot->second == boot_id_) continue;
-    auto conversation = info.labels.find(std::string(kConversationLabel));
-    if (conversation != info.labels.end() && history_.conversation(conversation->second)) {
+    if (auto conversation = holder.find(info.id); conversation != holder.end()) {
       auto any = [](const SandboxReference&) { return true; };
-      auto done = delete_between_turns(conversation->second, info.id, "orphan", any);
-      if (!done) return std::unexpected(done.error());
-      if (*done) {
-        ++destroyed;
-        continue;
-      }
-      // In a turn of another live process, or no longer the conversation's sandbox.
-      if (auto reference = history_.sandbox_reference(conversation->second);
-          reference && reference->sandbox_id == info.id) {
-        continue;
-      }
+      ASSIGN_OR_RETURN(bool done,
+                       delete_between_turns(conversation->second, info.id, "orphan", any));
+      // Not done: in a turn of another live process, which goes on using it.
+      destroyed += done;
+      continue;
     }
-    // A sandbox no conversation refers to: nothing to record, just remove it.
+    // A sandbox no conversation refers to (the pool's, or one whose creation was cut short):
+    // nothing to record, just remove it.
     if (auto removed = provider_.destroy(info.id); removed) ++destroyed;
   }
   return destroyed;

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "capacity/scheduler.h"
 #include "common/clock.h"
 #include "config/config.h"
 #include "conversation/history_store.h"
@@ -39,10 +40,14 @@ struct ManagerOptions {
   sandbox::SandboxSpec spec;     // resources of new sandboxes; the labels above are added
   sandbox::PrepareSpec prepare;  // made ready before a sandbox is assigned
   std::chrono::milliseconds idle_timeout = std::chrono::minutes(15);
+  // How many sandboxes there may be and how they are shared (spec and prepare come from above).
+  capacity::SchedulerOptions capacity;
+  std::string account = "local";  // the provider account's name
+  int account_max_sandboxes = 16;
 };
 
 // The options `config` gives: its instance id, sandbox resources and network, idle timeout,
-// and the data and output directories made ready in every new sandbox.
+// the data and output directories made ready in every new sandbox, and its capacity limits.
 ManagerOptions manager_options(const Config& config);
 
 class Turn;
@@ -51,9 +56,13 @@ class ConversationManager {
  public:
   ConversationManager(sandbox::SandboxProvider& provider, HistoryStore& history, const Clock& clock,
                       ManagerOptions options);
+  ~ConversationManager();
 
   // This run's id, on the quarry.boot label of the sandboxes it creates.
   const std::string& boot_id() const { return boot_id_; }
+  // Where new sandboxes come from: limits, the warm pool, the queue (the server starts its pool
+  // and reads its figures).
+  capacity::Scheduler& scheduler() { return *scheduler_; }
 
   // For a server starting up: destroys every sandbox of this instance that an earlier run
   // left (orphans), recording it in their conversations. Returns how many.
@@ -79,7 +88,8 @@ class ConversationManager {
   // alone). The conversations stay; their next turn gets a new sandbox. Returns how many.
   Result<int> reap_idle();
 
-  // A normal shutdown: deletes every sandbox this instance's conversations hold.
+  // A normal shutdown: deletes every sandbox this instance's conversations hold, and the warm
+  // pool's.
   Result<int> shutdown();
 
  private:
@@ -108,8 +118,10 @@ class ConversationManager {
   // there was such a turn.
   Result<bool> finish_interrupted_turn(const std::string& conversation_id);
   void finish_turn(TurnContext& turn, TurnStatus status, std::string_view error);
+  // For the scheduler: deletes an idle sandbox whose place a waiting turn needs.
+  Result<bool> evict(const std::string& conversation_id, const std::string& sandbox_id);
   // Destroys the sandbox of a conversation not in a turn and records why; used by the reaper,
-  // shutdown and orphan cleanup.
+  // shutdown, eviction and orphan cleanup.
   Result<bool> delete_between_turns(const std::string& conversation_id,
                                     const std::string& sandbox_id, std::string_view reason,
                                     const std::function<bool(const SandboxReference&)>& still);
@@ -119,6 +131,7 @@ class ConversationManager {
   const Clock& clock_;
   ManagerOptions options_;
   std::string boot_id_;
+  std::unique_ptr<capacity::Scheduler> scheduler_;
 };
 
 // A running turn: holds the conversation's turn lock and its LazySandbox. Ending the turn
@@ -132,7 +145,12 @@ class Turn {
   int number() const { return context_.number; }
   TurnKind kind() const { return context_.kind; }
   const std::string& conversation_id() const { return context_.conversation_id; }
+  const std::string& owner() const { return context_.owner; }
   LazySandbox& sandbox() { return sandbox_; }
+  // A wait for a sandbox ends when `fd` becomes readable (the turn's cancel eventfd).
+  void set_cancel_fd(int fd) { context_.cancel_fd = fd; }
+  // Why the turn could not have a sandbox (busy system, cancelled while waiting), if so.
+  const std::optional<Error>& refusal() const { return context_.refusal; }
 
   // The tool step that runs next: its executions and artifacts are recorded under its id.
   void set_step(std::string_view tool_call_id, std::string_view tool);

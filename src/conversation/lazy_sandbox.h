@@ -24,6 +24,7 @@ using EventSink = std::function<void(const Event&)>;
 // What a turn knows while it runs.
 struct TurnContext {
   std::string conversation_id;
+  std::string owner;  // the conversation's user: sandboxes are shared fairly between users
   int number = 0;
   TurnKind kind = TurnKind::kAsk;
   SandboxReference reference;
@@ -32,6 +33,10 @@ struct TurnContext {
   std::string step_call_id;
   std::string step_tool;
   EventSink on_event;
+  int cancel_fd = -1;  // readable once the turn is cancelled: stops a wait for a sandbox
+  // Set when no sandbox could be had (the queue timed out, or the wait was cancelled): the turn
+  // ends with this error instead of going on without one.
+  std::optional<Error> refusal;
   bool finished = false;
 };
 

@@ -128,6 +128,8 @@ std::string content_disposition(bool download, std::string_view name) {
 
 ApiError turn_conflict(const Error& error) {
   if (error.code == ErrorCode::kAborted) return {409, "turn_running", error.message};
+  // Even the queue for sandboxes is full (answered with Retry-After).
+  if (error.code == ErrorCode::kResourceExhausted) return {429, "busy", error.message};
   return from_error(error);
 }
 
@@ -180,7 +182,13 @@ ApiReply Api::handle(const ApiRequest& request) {
   try {
     auto reply = dispatch(request);
     if (reply) return std::move(*reply);
-    return JsonReply{reply.error().status, reply.error().body(), {}};
+    Headers headers;
+    if (reply.error().status == 429) {
+      // The queue for sandboxes is full: when it might not be.
+      headers.emplace_back("Retry-After",
+                           std::to_string(services_.manager.scheduler().retry_after().count()));
+    }
+    return JsonReply{reply.error().status, reply.error().body(), std::move(headers)};
   } catch (const std::exception& error) {
     spdlog::error("{} {} failed: {}", request.method, request.path, error.what());
     ApiError internal{
@@ -710,7 +718,10 @@ ApiResult<ApiReply> Api::list_sandboxes(const ApiRequest& request) {
     item["conversation_id"] = conversation_id;
     items.push_back(std::move(item));
   }
-  return json({{"sandboxes", items}, {"by_state", mine}, {"all_by_state", everyone}});
+  return json({{"sandboxes", items},
+               {"by_state", mine},
+               {"all_by_state", everyone},
+               {"capacity", capacity_json(services_.manager.scheduler().stats())}});
 }
 
 }  // namespace quarry::server

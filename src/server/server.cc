@@ -128,6 +128,7 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
 
   ASSIGN_OR_RETURN(int orphans, manager.destroy_orphans());
   if (orphans > 0) spdlog::info("destroyed {} sandboxes an earlier run left", orphans);
+  manager.scheduler().start_pool();
   StreamHub hub(*history);
   ASSIGN_OR_RETURN(auto interrupted, manager.finish_interrupted_turns());
   for (const auto& [conversation_id, turn] : interrupted) {

@@ -4,6 +4,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "agent/guidance.h"
 #include "common/units.h"
 #include "data/database.h"
@@ -59,15 +61,22 @@ TurnRunner::~TurnRunner() {
 
 void TurnRunner::work() {
   for (;;) {
-    std::function<void()> job;
+    Queued next;
     {
       std::unique_lock lock(mutex_);
       changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      // The user with the fewest turns on workers first; the oldest of theirs.
+      auto chosen = std::min_element(
+          queue_.begin(), queue_.end(),
+          [&](const auto& a, const auto& b) { return working_[a.user] < working_[b.user]; });
+      next = std::move(*chosen);
+      queue_.erase(chosen);
+      ++working_[next.user];
     }
-    job();
+    next.job();
+    std::lock_guard lock(mutex_);
+    if (--working_[next.user] == 0) working_.erase(next.user);
   }
 }
 
@@ -150,6 +159,7 @@ Result<int> TurnRunner::start(const std::string& conversation_id, TurnKind kind,
                         "the server is shutting down and takes no new turns; send it again to "
                         "the server when it is back");
     }
+    RETURN_IF_ERROR(manager_.scheduler().admit(static_cast<int>(queue_.size())));
   }
   // Sandbox events are streamed as they are recorded; the stream exists once the turn is begun.
   auto stream = std::make_shared<std::shared_ptr<LiveTurn>>();
@@ -172,22 +182,23 @@ Result<int> TurnRunner::start(const std::string& conversation_id, TurnKind kind,
   live->publish("turn_started", std::move(started));
 
   std::shared_ptr<conversation::Turn> shared_turn(std::move(turn));
+  const std::string user = shared_turn->owner();
   std::lock_guard lock(mutex_);
   running_[conversation_id] = running;
   queue_.push_back(
-      [this, running, live, turn = std::move(shared_turn), job = std::move(job)]() mutable {
-        Outcome outcome;
-        try {
-          outcome = job(*running, *live, *turn);
-        } catch (const std::exception& error) {
-          spdlog::error("conversation {}: turn {} failed: {}", running->conversation_id,
-                        running->number, error.what());
-          outcome = {TurnStatus::kFailed, "",
-                     Error{ErrorCode::kInternal, fmt::format("quarry failed: {}", error.what())}};
-          turn->finish(TurnStatus::kFailed, outcome.error->message);
-        }
-        finish(*running, *live, std::move(turn), outcome);
-      });
+      {user, [this, running, live, turn = std::move(shared_turn), job = std::move(job)]() mutable {
+         Outcome outcome;
+         try {
+           outcome = job(*running, *live, *turn);
+         } catch (const std::exception& error) {
+           spdlog::error("conversation {}: turn {} failed: {}", running->conversation_id,
+                         running->number, error.what());
+           outcome = {TurnStatus::kFailed, "",
+                      Error{ErrorCode::kInternal, fmt::format("quarry failed: {}", error.what())}};
+           turn->finish(TurnStatus::kFailed, outcome.error->message);
+         }
+         finish(*running, *live, std::move(turn), outcome);
+       }});
   changed_.notify_one();
   return running->number;
 }
@@ -260,6 +271,11 @@ void TurnRunner::shutdown(std::chrono::milliseconds grace) {
   for (auto& worker : workers_) {
     if (worker.joinable()) worker.join();
   }
+}
+
+size_t TurnRunner::queued() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
 }
 
 size_t TurnRunner::running() const {

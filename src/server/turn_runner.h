@@ -1,8 +1,10 @@
 // Turns and cells on a bounded pool of worker threads. A turn is begun (its lock taken, its
 // number known) by the request that asks for it, so a second turn of the same conversation is
-// refused at once; it then waits for a free worker, runs the agent there and publishes what
-// happens to the StreamHub. A slow model or a slow command occupies a worker, never the I/O
-// thread, so accepting, streaming and other users go on.
+// refused at once, and so is any turn while capacity.max_queue turns wait (for a worker or a
+// sandbox). It then waits for a free worker, runs the agent there and publishes what happens to
+// the StreamHub. Free workers take the waiting turn of the user with the fewest turns running,
+// then the oldest, as the sandbox scheduler does. A slow model or a slow command occupies a worker,
+// never the I/O thread, so accepting, streaming and other users go on.
 #pragma once
 
 #include <condition_variable>
@@ -37,7 +39,8 @@ class TurnRunner {
   TurnRunner& operator=(const TurnRunner&) = delete;
 
   // Begins a turn of the conversation and queues it; returns its number. kAborted while another
-  // turn of the conversation runs, kUnavailable while shutting down.
+  // turn of the conversation runs, kResourceExhausted while the queue is full, kUnavailable while
+  // shutting down.
   Result<int> ask(const std::string& conversation_id, std::string question);
   Result<int> run_cell(const std::string& conversation_id, agent::Cell cell);
 
@@ -50,6 +53,8 @@ class TurnRunner {
   // and waits for them to record their end.
   void shutdown(std::chrono::milliseconds grace);
   size_t running() const;
+  // Turns begun and waiting for a worker.
+  size_t queued() const;
 
  private:
   struct Running {
@@ -86,7 +91,12 @@ class TurnRunner {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<std::function<void()>> queue_;
+  struct Queued {
+    std::string user;
+    std::function<void()> job;
+  };
+  std::deque<Queued> queue_;
+  std::map<std::string, int> working_;                       // turns on a worker, by user
   std::map<std::string, std::shared_ptr<Running>> running_;  // by conversation
   bool accepting_ = true;
   bool stopping_ = false;

@@ -117,9 +117,11 @@ QuarryServer::QuarryServer(ServerOptions options) {
       "{}"
       "server:\n"
       "  tokens_file: {}\n"
+      "{}"
       "{}",
       PostgresEnvironment::get().server().reader_conninfo, model, tokens_file_.string(),
-      options.server_config);
+      options.server_config,
+      options.capacity_config.empty() ? "" : "capacity:\n" + options.capacity_config);
   user_suffix_ = fmt::format("-{}", counter);
   if (options.tokens) {
     for (const char* name : {"alice", "bob"}) {

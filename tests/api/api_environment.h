@@ -54,9 +54,10 @@ struct ServerOptions {
   std::string scenario = "peak_views";  // the model's name: the scenario that answers
   bool tokens = false;                  // a tokens file with users alice and bob
   std::string listen = "127.0.0.1:0";
-  std::string server_config{};  // YAML lines under "server:", each indented two spaces
-  std::string model_config{};   // instead of the scripted model: YAML lines under "model:"
-  bool expect_start = true;     // false: the server is to refuse to start
+  std::string server_config{};    // YAML lines under "server:", each indented two spaces
+  std::string model_config{};     // instead of the scripted model: YAML lines under "model:"
+  std::string capacity_config{};  // YAML lines under "capacity:", each indented two spaces
+  bool expect_start = true;       // false: the server is to refuse to start
 };
 
 // A `quarry serve` process of the test; stopped with SIGKILL when it goes out of scope, unless

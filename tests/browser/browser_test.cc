@@ -75,6 +75,13 @@ TEST_P(BrowserTest, NotebookModeWithoutAModel) {
   browse(server, "notebook.mjs");
 }
 
+TEST_P(BrowserTest, ATurnWaitingForASandboxSaysSoAndTheLoadPageShowsCapacity) {
+  QuarryServer server({.model_config = "  base_url: https://models.invalid/v1\n"
+                                       "  api_key_env: QUARRY_TEST_NO_SUCH_KEY\n",
+                       .capacity_config = "  max_sandboxes: 1\n"});
+  browse(server, "capacity.mjs");
+}
+
 TEST_P(BrowserTest, HostileContentRunsNothingInThePage) {
   QuarryServer server({.scenario = "hostile", .tokens = true});
   browse(server, "hostile.mjs");

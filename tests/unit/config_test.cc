@@ -53,6 +53,11 @@ TEST(Config, TheReadmesExampleIsAcceptedAndHoldsTheDefaults) {
   EXPECT_EQ(example->capacity.overcommit.memory, defaults->capacity.overcommit.memory);
   EXPECT_EQ(example->capacity.overcommit.cpu, defaults->capacity.overcommit.cpu);
   EXPECT_EQ(example->capacity.overcommit.disk, defaults->capacity.overcommit.disk);
+  EXPECT_EQ(example->capacity.max_sandboxes, defaults->capacity.max_sandboxes);
+  EXPECT_EQ(example->capacity.max_per_user, defaults->capacity.max_per_user);
+  EXPECT_EQ(example->capacity.max_queue, defaults->capacity.max_queue);
+  EXPECT_EQ(example->capacity.queue_timeout, defaults->capacity.queue_timeout);
+  EXPECT_EQ(example->capacity.warm_pool.min_idle, defaults->capacity.warm_pool.min_idle);
   EXPECT_EQ(example->database.port, defaults->database.port);
   EXPECT_EQ(example->model.base_url, defaults->model.base_url);
   EXPECT_EQ(example->server.listen, defaults->server.listen);
@@ -143,7 +148,18 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"overcommit key", "capacity:\n  overcommit: {ram: 2}\n",
        "capacity.overcommit.ram: unknown key (known keys here: memory, cpu, disk)"},
       {"capacity key", "capacity:\n  sandboxes: 8\n",
-       "capacity.sandboxes: unknown key (known keys here: overcommit)"},
+       "capacity.sandboxes: unknown key (known keys here: max_sandboxes, max_per_user"},
+      {"no sandboxes", "capacity:\n  max_sandboxes: 0\n",
+       "capacity.max_sandboxes: 0 is out of range (allowed: 1 to 10000)"},
+      {"pool as large as the limit", "capacity:\n  max_sandboxes: 2\n  warm_pool: {min_idle: 2}\n",
+       "config.yml:3: capacity.warm_pool.min_idle: must be less than capacity.max_sandboxes (2)"},
+      {"queue timeout zero", "capacity:\n  queue_timeout: 0s\n",
+       "capacity.queue_timeout: must be longer than zero"},
+      {"accounts as a list", "capacity:\n  accounts: [local]\n",
+       "capacity.accounts: must map each account's name to its limits"},
+      {"two local accounts",
+       "capacity:\n  accounts: {a: {max_sandboxes: 2}, b: {max_sandboxes: 2}}\n",
+       "capacity.accounts: the local provider has a single account"},
       {"zero timeout", "sandbox:\n  exec_timeout: 0s\n",
        "sandbox.exec_timeout: must be longer than zero"},
       {"bad duration", "sandbox:\n  idle_timeout: a while\n", "sandbox.idle_timeout:"},

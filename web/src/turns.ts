@@ -85,7 +85,7 @@ function meteringOf(exec: Exec): Metering {
            overhead_ms, oom, timed_out, message };
 }
 
-const kSandboxKinds = new Set(["sandbox_ready", "sandbox_replaced", "sandbox_deleted", "commands_stopped"]);
+const kSandboxKinds = new Set(["queued", "sandbox_ready", "sandbox_replaced", "sandbox_deleted", "commands_stopped"]);
 
 // The turns of a conversation from its history.
 export function turnsFromHistory(detail: ConversationDetail): TurnView[] {
@@ -198,6 +198,14 @@ function sandboxItem(event: SandboxEvent | { kind: string; reason: string; sandb
 // A sandbox event happens during a step (the first command starts the sandbox): it goes before
 // the step still running, else at the end.
 function addSandboxItem(turn: TurnView, item: Item) {
+  // A waiting turn's place changes: one note, kept current.
+  if (item.kind === "sandbox" && item.event.kind === "queued") {
+    const waiting = turn.items.findIndex((entry) => entry.kind === "sandbox" && entry.event.kind === "queued");
+    if (waiting >= 0 && !turn.items.slice(waiting).some((entry) => entry.kind === "sandbox" && entry.event.kind === "sandbox_ready")) {
+      turn.items[waiting] = item;
+      return;
+    }
+  }
   const running = turn.items.findLastIndex((entry) => entry.kind === "step" && entry.step.status === "running");
   if (running >= 0) turn.items.splice(running, 0, item);
   else turn.items.push(item);

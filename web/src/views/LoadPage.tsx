@@ -189,6 +189,44 @@ export function LoadPage({ conversation }: { conversation?: string }) {
           </ul>
         </section>
       )}
+      {sandboxes && <CapacityPanel capacity={sandboxes.capacity} />}
+    </section>
+  );
+}
+
+// How the server shares its sandboxes: in use against the limit, the queue, waits, cold and
+// warm starts, evictions and turns turned away.
+function CapacityPanel({ capacity }: { capacity: Sandboxes["capacity"] }) {
+  const { limits, sandboxes: use, queue, waits, starts } = capacity;
+  const inUse = use.warm + use.starting + use.busy + use.idle + use.deleting;
+  return (
+    <section class="capacity">
+      <h2>Capacity</h2>
+      <dl class="totals">
+        <div class={inUse >= limits.max_sandboxes ? "bad" : undefined}>
+          <dt>Sandboxes</dt>
+          <dd>
+            {inUse} of {limits.max_sandboxes}
+          </dd>
+        </div>
+        <div><dt>In a turn</dt><dd>{use.busy}</dd></div>
+        <div><dt>Idle</dt><dd>{use.idle}</dd></div>
+        <div><dt>Warm</dt><dd>{use.warm} (min {limits.warm_min_idle})</dd></div>
+        <div><dt>Starting</dt><dd>{use.starting}</dd></div>
+        <div class={queue.waiting > 0 ? "bad" : undefined}><dt>Waiting turns</dt><dd>{queue.waiting}</dd></div>
+        <div><dt>Longest wait now</dt><dd>{seconds(queue.longest_wait_ms)}</dd></div>
+        <div><dt>Wait p50 / p99</dt><dd>{seconds(waits.p50_ms)} / {seconds(waits.p99_ms)}</dd></div>
+        <div><dt>Cold starts</dt><dd>{starts.cold} ({seconds(starts.cold_p50_ms)} p50)</dd></div>
+        <div><dt>Warm starts</dt><dd>{starts.warm} ({seconds(starts.warm_p50_ms)} p50)</dd></div>
+        <div><dt>Evictions</dt><dd>{capacity.evictions}</dd></div>
+        <div class={capacity.timeouts > 0 ? "bad" : undefined}><dt>Timed out waiting</dt><dd>{capacity.timeouts}</dd></div>
+        <div class={capacity.refused > 0 ? "bad" : undefined}><dt>Refused (429)</dt><dd>{capacity.refused}</dd></div>
+      </dl>
+      <p class="limits">
+        At most {limits.max_per_user} per user; {limits.max_queue} turns may wait, each up to {seconds(limits.queue_timeout_ms)}.
+        {capacity.accounts.length > 1 &&
+          ` Accounts: ${capacity.accounts.map((a) => `${a.name} ${a.in_use} of ${a.max_sandboxes}`).join(", ")}.`}
+      </p>
     </section>
   );
 }

@@ -3,6 +3,7 @@
 import { useEffect, useRef } from "preact/hooks";
 
 import type { CellKind } from "../api";
+import { seconds } from "../format";
 import { highlightBlocks } from "../highlight";
 import { markdown } from "../markdown";
 import type { Item, TurnView as Turn } from "../turns";
@@ -80,16 +81,31 @@ function ItemView({
 }
 
 function SandboxNote({ event }: { event: Extract<Item, { kind: "sandbox" }>["event"] }) {
-  const text =
-    event.kind === "sandbox_ready"
-      ? "A sandbox was started for this conversation."
-      : event.kind === "sandbox_replaced"
-        ? "The sandbox had stopped; a new one replaced it (files written before are gone)."
-        : event.kind === "commands_stopped"
-          ? "Commands left running by an interrupted turn were stopped."
-          : event.reason === "idle"
-            ? "The sandbox was deleted after being idle; the next step starts a new one."
+  const details = event.details;
+  let text: string;
+  switch (event.kind) {
+    case "queued":
+      text = `Every sandbox is in use: this turn waits for one (place ${String(details.position)} of ${String(details.waiting)} waiting).`;
+      break;
+    case "sandbox_ready": {
+      const waited = typeof details.waited_ms === "number" && details.waited_ms >= 100 ? ` after waiting ${seconds(details.waited_ms)}` : "";
+      text = details.start === "warm" ? `A ready sandbox from the warm pool was assigned${waited}.` : `A sandbox was started for this conversation${waited}.`;
+      break;
+    }
+    case "sandbox_replaced":
+      text = "The sandbox had stopped; a new one replaced it (files written before are gone).";
+      break;
+    case "commands_stopped":
+      text = "Commands left running by an interrupted turn were stopped.";
+      break;
+    default:
+      text =
+        event.reason === "idle"
+          ? "The sandbox was deleted after being idle; the next step starts a new one."
+          : event.reason === "evicted"
+            ? "The idle sandbox was deleted to make room for another conversation; the next step starts a new one."
             : `The sandbox was deleted (${event.reason || "no reason given"}).`;
+  }
   return (
     <p class={`sandbox-event ${event.kind}`} title={event.sandboxId}>
       {text}

@@ -1,0 +1,528 @@
+#include "capacity/scheduler.h"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/units.h"
+
+namespace quarry::capacity {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr size_t kKeptSamples = 1000;
+// How often a waiter looks at its cancel descriptor and the pool at its sandboxes' health.
+constexpr auto kWaitSlice = std::chrono::milliseconds(100);
+constexpr auto kPoolSweep = std::chrono::seconds(10);
+constexpr auto kPoolBackoff = std::chrono::seconds(5);
+constexpr auto kEvictionRetry = std::chrono::milliseconds(250);
+constexpr auto kPositionInterval = std::chrono::seconds(1);
+
+double ms(SteadyClock::duration duration) {
+  return std::chrono::duration<double, std::milli>(duration).count();
+}
+
+void keep(std::deque<double>& samples, double value) {
+  samples.push_back(value);
+  if (samples.size() > kKeptSamples) samples.pop_front();
+}
+
+double percentile(const std::deque<double>& samples, double fraction) {
+  if (samples.empty()) return 0;
+  std::vector<double> sorted(samples.begin(), samples.end());
+  std::sort(sorted.begin(), sorted.end());
+  return sorted[static_cast<size_t>(
+      std::lround(fraction * static_cast<double>(sorted.size() - 1)))];
+}
+
+bool readable(int fd) {
+  if (fd < 0) return false;
+  pollfd entry{fd, POLLIN, 0};
+  return ::poll(&entry, 1, 0) > 0;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(std::vector<Account> accounts, SchedulerOptions options)
+    : accounts_(std::move(accounts)), options_(std::move(options)) {}
+
+Scheduler::~Scheduler() {
+  shutdown();
+}
+
+void Scheduler::set_evict(Evict evict) {
+  std::lock_guard lock(mutex_);
+  evict_ = std::move(evict);
+}
+
+void Scheduler::start_pool() {
+  std::lock_guard lock(mutex_);
+  if (options_.warm_min_idle > 0 && !pool_.joinable() && !stopping_) {
+    pool_ = std::thread([this] { pool_loop(); });
+  }
+}
+
+int Scheduler::held_by(const std::string& user) const {
+  return static_cast<int>(std::count_if(leases_.begin(), leases_.end(), [&](const auto& entry) {
+    return entry.second.user == user;
+  }));
+}
+
+bool Scheduler::user_has_room(const std::string& user) const {
+  return held_by(user) < options_.max_per_user;
+}
+
+int Scheduler::account_with_room() const {
+  if (static_cast<int>(leases_.size()) >= options_.max_sandboxes) return -1;
+  std::vector<int> used(accounts_.size(), 0);
+  for (const auto& [key, lease] : leases_)
+    ++used[lease.account];
+  int best = -1;
+  int best_room = 0;
+  for (size_t i = 0; i < accounts_.size(); ++i) {
+    const int room = accounts_[i].max_sandboxes - used[i];
+    if (room > best_room) {
+      best = static_cast<int>(i);
+      best_room = room;
+    }
+  }
+  return best;
+}
+
+bool Scheduler::has_warm() const {
+  return std::any_of(leases_.begin(), leases_.end(),
+                     [](const auto& entry) { return entry.second.use == Use::kWarm; });
+}
+
+bool Scheduler::grantable(const Waiter& waiter) const {
+  return user_has_room(waiter.user) && (has_warm() || account_with_room() >= 0);
+}
+
+std::vector<const Scheduler::Waiter*> Scheduler::order() const {
+  std::map<std::string, int> held;
+  for (const auto& waiter : waiters_)
+    held.emplace(waiter.user, held_by(waiter.user));
+  std::vector<const Waiter*> ordered;
+  for (const auto& waiter : waiters_)
+    ordered.push_back(&waiter);
+  std::stable_sort(ordered.begin(), ordered.end(), [&](const Waiter* a, const Waiter* b) {
+    return held[a->user] < held[b->user];  // arrival order within the same count
+  });
+  return ordered;
+}
+
+Scheduler::LeaseMap::iterator Scheduler::eviction_for(const Waiter& waiter) {
+  const bool own = !user_has_room(waiter.user);
+  const auto now = SteadyClock::now();
+  auto victim = leases_.end();
+  for (auto it = leases_.begin(); it != leases_.end(); ++it) {
+    const Lease& lease = it->second;
+    if (lease.use != Use::kIdle || lease.conversation_id.empty() || lease.skip_until > now)
+      continue;
+    if (own && lease.user != waiter.user) continue;
+    if (victim == leases_.end() || lease.idle_since < victim->second.idle_since) victim = it;
+  }
+  return victim;
+}
+
+Scheduler::LeaseMap::iterator Scheduler::find(std::string_view sandbox_id) {
+  return std::find_if(leases_.begin(), leases_.end(),
+                      [&](const auto& entry) { return entry.second.sandbox_id == sandbox_id; });
+}
+
+Result<std::string> Scheduler::start(size_t account, const sandbox::Labels& labels) {
+  sandbox::SandboxProvider& provider = *accounts_[account].provider;
+  sandbox::SandboxSpec spec = options_.spec;
+  for (const auto& [key, value] : labels)
+    spec.labels[key] = value;
+  ASSIGN_OR_RETURN(auto created, provider.create(spec));
+  if (auto prepared = provider.prepare(created.id, options_.prepare); !prepared) {
+    (void)provider.destroy(created.id);
+    return std::unexpected(prepared.error().with_context("preparing a sandbox"));
+  }
+  return created.id;
+}
+
+void Scheduler::record_grant(const Grant& grant) {
+  keep(waits_ms_, std::chrono::duration<double, std::milli>(grant.waited).count());
+  keep(grant.warm ? warm_ms_ : cold_ms_,
+       std::chrono::duration<double, std::milli>(grant.acquired).count());
+  ++(grant.warm ? warm_starts_ : cold_starts_);
+}
+
+Result<Grant> Scheduler::acquire(const Request& request) {
+  const auto since = SteadyClock::now();
+  const auto deadline = since + options_.queue_timeout;
+  std::unique_lock lock(mutex_);
+  const uint64_t me = next_waiter_++;
+  waiters_.push_back({me, request.user, since});
+  auto leave = [&] {
+    std::erase_if(waiters_, [&](const Waiter& waiter) { return waiter.seq == me; });
+    changed_.notify_all();
+  };
+  QueuePosition told;
+  SteadyClock::time_point told_at;
+
+  for (;;) {
+    if (stopping_) {
+      leave();
+      return make_error(ErrorCode::kUnavailable,
+                        "the server is shutting down and starts no more sandboxes; send it again "
+                        "to the server when it is back");
+    }
+    const auto ordered = order();
+    const auto first = std::find_if(ordered.begin(), ordered.end(),
+                                    [&](const Waiter* waiter) { return grantable(*waiter); });
+    if (first != ordered.end() && (*first)->seq == me) break;
+
+    const int position =
+        static_cast<int>(std::find_if(ordered.begin(), ordered.end(),
+                                      [&](const Waiter* waiter) { return waiter->seq == me; }) -
+                         ordered.begin() + 1);
+    const auto now = SteadyClock::now();
+    if (request.on_queued && position != told.position &&
+        (told.position == 0 || position == 1 || now - told_at >= kPositionInterval)) {
+      told = {position, static_cast<int>(ordered.size())};
+      told_at = now;
+      lock.unlock();
+      request.on_queued(told);
+      lock.lock();
+      continue;  // things may have moved meanwhile
+    }
+
+    // Room can be made by deleting an idle sandbox: the first waiter it would help does it, one
+    // eviction at a time.
+    bool tried = false;
+    if (evict_ && !evicting_) {
+      for (const Waiter* waiter : ordered) {
+        if (grantable(*waiter)) continue;
+        auto victim = eviction_for(*waiter);
+        if (victim == leases_.end()) continue;
+        if (waiter->seq != me) break;
+        evicting_ = true;
+        const std::string conversation = victim->second.conversation_id;
+        const std::string sandbox_id = victim->second.sandbox_id;
+        lock.unlock();
+        auto evicted = evict_(conversation, sandbox_id);
+        lock.lock();
+        evicting_ = false;
+        if (evicted && *evicted) {
+          ++evictions_;
+        } else {
+          if (!evicted) {
+            spdlog::warn("could not evict sandbox {} of conversation {}: {}", sandbox_id,
+                         conversation, evicted.error().message);
+          }
+          if (auto still = find(sandbox_id); still != leases_.end()) {
+            still->second.skip_until = SteadyClock::now() + kEvictionRetry;
+          }
+        }
+        changed_.notify_all();
+        tried = true;
+        break;
+      }
+    }
+    if (tried) continue;  // look again before waiting
+
+    if (SteadyClock::now() >= deadline) {
+      const bool own_limit = !user_has_room(request.user);
+      leave();
+      ++timeouts_;
+      const auto retry = retry_after();
+      if (own_limit) {
+        return make_error(ErrorCode::kResourceExhausted,
+                          "your conversations already hold {} sandboxes, the most one user may "
+                          "have (capacity.max_per_user), and all of them stayed in use for {} "
+                          "(capacity.queue_timeout); try again when one of your other turns has "
+                          "ended",
+                          options_.max_per_user, format_duration(options_.queue_timeout));
+      }
+      return make_error(ErrorCode::kResourceExhausted,
+                        "the system is busy: all {} sandboxes (capacity.max_sandboxes) stayed in "
+                        "use while this turn waited {} (capacity.queue_timeout); try again in "
+                        "about {} s",
+                        options_.max_sandboxes, format_duration(options_.queue_timeout),
+                        retry.count());
+    }
+    if (readable(request.cancel_fd)) {
+      leave();
+      return make_error(ErrorCode::kCancelled, "cancelled while waiting for a sandbox");
+    }
+    changed_.wait_until(lock, std::min(deadline, SteadyClock::now() + kWaitSlice));
+  }
+
+  // Served: out of the queue, into a lease.
+  leave();
+  const auto served = SteadyClock::now();
+  Grant grant;
+  grant.waited = std::chrono::duration_cast<std::chrono::microseconds>(served - since);
+  auto warm = std::find_if(leases_.begin(), leases_.end(),
+                           [](const auto& entry) { return entry.second.use == Use::kWarm; });
+  uint64_t key = 0;
+  if (warm != leases_.end()) {
+    key = warm->first;
+    Lease& lease = warm->second;
+    lease.use = Use::kStarting;
+    lease.user = request.user;
+    lease.conversation_id = request.conversation_id;
+    const std::string id = lease.sandbox_id;
+    sandbox::SandboxProvider& provider = *accounts_[lease.account].provider;
+    lock.unlock();
+    auto alive = provider.is_alive(id);
+    if (alive && *alive) {
+      lock.lock();
+      Lease& mine = leases_.at(key);
+      mine.use = Use::kBusy;
+      grant.sandbox_id = id;
+      grant.account = accounts_[mine.account].name;
+      grant.warm = true;
+      grant.acquired =
+          std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - served);
+      record_grant(grant);
+      return grant;
+    }
+    // Died in the pool: never handed out. Its place becomes this request's cold start.
+    spdlog::warn("warm sandbox {} was found dead in the pool; starting another", id);
+    (void)provider.destroy(id);
+    lock.lock();
+    ++dead_warm_;
+    leases_.at(key).sandbox_id.clear();
+  } else {
+    const int account = account_with_room();
+    key = next_lease_++;
+    Lease lease;
+    lease.account = static_cast<size_t>(std::max(account, 0));
+    lease.user = request.user;
+    lease.conversation_id = request.conversation_id;
+    leases_.emplace(key, std::move(lease));
+  }
+  const size_t account = leases_.at(key).account;
+  lock.unlock();
+  auto started = start(account, request.labels);
+  lock.lock();
+  if (!started) {
+    leases_.erase(key);
+    changed_.notify_all();
+    return std::unexpected(started.error());
+  }
+  Lease& mine = leases_.at(key);
+  mine.sandbox_id = *started;
+  mine.use = Use::kBusy;
+  grant.sandbox_id = *started;
+  grant.account = accounts_[account].name;
+  grant.acquired =
+      std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - served);
+  record_grant(grant);
+  return grant;
+}
+
+Result<void> Scheduler::admit(int also_waiting, std::chrono::seconds* retry_after_out) {
+  std::lock_guard lock(mutex_);
+  const int waiting = also_waiting + static_cast<int>(waiters_.size());
+  if (waiting < options_.max_queue) return {};
+  ++refused_;
+  const auto retry = retry_after();
+  if (retry_after_out) *retry_after_out = retry;
+  return make_error(ErrorCode::kResourceExhausted,
+                    "the system is busy: {} turns are already waiting for a sandbox "
+                    "(capacity.max_queue); try again in about {} s",
+                    waiting, retry.count());
+}
+
+void Scheduler::adopt(std::string_view sandbox_id, std::string_view user,
+                      std::string_view conversation_id, std::string_view account) {
+  std::lock_guard lock(mutex_);
+  if (auto known = find(sandbox_id); known != leases_.end()) {
+    known->second.use = Use::kBusy;
+    return;
+  }
+  Lease lease;
+  lease.sandbox_id = std::string(sandbox_id);
+  lease.use = Use::kBusy;
+  lease.user = std::string(user);
+  lease.conversation_id = std::string(conversation_id);
+  for (size_t i = 0; i < accounts_.size(); ++i) {
+    if (accounts_[i].name == account) lease.account = i;
+  }
+  leases_.emplace(next_lease_++, std::move(lease));
+}
+
+void Scheduler::set_busy(std::string_view sandbox_id, bool busy) {
+  std::lock_guard lock(mutex_);
+  auto lease = find(sandbox_id);
+  if (lease == leases_.end()) return;
+  lease->second.use = busy ? Use::kBusy : Use::kIdle;
+  if (!busy) {
+    lease->second.idle_since = SteadyClock::now();
+    changed_.notify_all();  // a waiter may evict it now
+  }
+}
+
+Result<void> Scheduler::destroy(std::string_view sandbox_id) {
+  std::unique_lock lock(mutex_);
+  auto lease = find(sandbox_id);
+  const size_t account = lease == leases_.end() ? 0 : lease->second.account;
+  // Counted until it is gone, so a new one never overlaps it beyond the limits.
+  if (lease != leases_.end()) lease->second.use = Use::kEnding;
+  lock.unlock();
+  Result<void> destroyed = make_error(ErrorCode::kNotFound, "no sandbox {}", sandbox_id);
+  if (lease != leases_.end() || accounts_.size() == 1) {
+    destroyed = accounts_[account].provider->destroy(sandbox_id);
+  } else {
+    // Not handed out by this scheduler: whichever account knows it.
+    for (const auto& candidate : accounts_) {
+      destroyed = candidate.provider->destroy(sandbox_id);
+      if (destroyed || destroyed.error().code != ErrorCode::kNotFound) break;
+    }
+  }
+  lock.lock();
+  if (auto gone = find(sandbox_id); gone != leases_.end()) leases_.erase(gone);
+  changed_.notify_all();
+  return destroyed;
+}
+
+std::chrono::seconds Scheduler::retry_after() const {
+  const double median_s = percentile(waits_ms_, 0.5) / 1000;
+  return std::chrono::seconds(std::clamp<int64_t>(std::llround(std::ceil(median_s)), 1, 60));
+}
+
+int Scheduler::waiting() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int>(waiters_.size());
+}
+
+Stats Scheduler::stats() const {
+  std::lock_guard lock(mutex_);
+  Stats stats;
+  stats.limits = options_;
+  for (const auto& account : accounts_)
+    stats.accounts.push_back({account.name, account.max_sandboxes, 0});
+  for (const auto& [key, lease] : leases_) {
+    ++stats.accounts[lease.account].in_use;
+    switch (lease.use) {
+      case Use::kStarting:
+        ++stats.starting;
+        break;
+      case Use::kWarm:
+        ++stats.warm;
+        break;
+      case Use::kBusy:
+        ++stats.busy;
+        break;
+      case Use::kIdle:
+        ++stats.idle;
+        break;
+      case Use::kEnding:
+        ++stats.deleting;
+        break;
+    }
+  }
+  stats.waiting = static_cast<int>(waiters_.size());
+  const auto now = SteadyClock::now();
+  for (const auto& waiter : waiters_)
+    stats.longest_wait_ms = std::max(stats.longest_wait_ms, ms(now - waiter.since));
+  stats.cold_starts = cold_starts_;
+  stats.warm_starts = warm_starts_;
+  stats.evictions = evictions_;
+  stats.timeouts = timeouts_;
+  stats.refused = refused_;
+  stats.dead_warm = dead_warm_;
+  stats.wait_p50_ms = percentile(waits_ms_, 0.5);
+  stats.wait_p99_ms = percentile(waits_ms_, 0.99);
+  stats.cold_p50_ms = percentile(cold_ms_, 0.5);
+  stats.warm_p50_ms = percentile(warm_ms_, 0.5);
+  return stats;
+}
+
+void Scheduler::pool_loop() {
+  std::unique_lock lock(mutex_);
+  auto next_sweep = SteadyClock::now() + kPoolSweep;
+  auto backoff_until = SteadyClock::time_point{};
+  while (!stopping_) {
+    const auto now = SteadyClock::now();
+    const int pooled =
+        static_cast<int>(std::count_if(leases_.begin(), leases_.end(), [](const auto& entry) {
+          const Lease& lease = entry.second;
+          return lease.use == Use::kWarm || (lease.use == Use::kStarting && lease.user.empty() &&
+                                             lease.conversation_id.empty());
+        }));
+    const int account = account_with_room();
+    if (pooled < options_.warm_min_idle && waiters_.empty() && account >= 0 &&
+        now >= backoff_until) {
+      const uint64_t key = next_lease_++;
+      Lease lease;
+      lease.account = static_cast<size_t>(account);
+      leases_.emplace(key, std::move(lease));
+      lock.unlock();
+      auto started = start(static_cast<size_t>(account), {{std::string(kOriginLabel), "pool"}});
+      lock.lock();
+      if (started) {
+        leases_.at(key).sandbox_id = *started;
+        leases_.at(key).use = Use::kWarm;
+      } else {
+        leases_.erase(key);
+        backoff_until = SteadyClock::now() + kPoolBackoff;
+        spdlog::warn("the warm pool could not start a sandbox (trying again in {}): {}",
+                     format_duration(kPoolBackoff), started.error().message);
+      }
+      changed_.notify_all();
+      continue;
+    }
+    if (now >= next_sweep) {
+      // A pooled sandbox may die (killed, the host's OOM killer): found here, not at handout.
+      std::vector<std::pair<std::string, size_t>> pooled_ids;
+      for (const auto& [key, lease] : leases_) {
+        if (lease.use == Use::kWarm) pooled_ids.emplace_back(lease.sandbox_id, lease.account);
+      }
+      lock.unlock();
+      std::vector<std::string> dead;
+      for (const auto& [id, index] : pooled_ids) {
+        auto alive = accounts_[index].provider->is_alive(id);
+        if (!alive || !*alive) dead.push_back(id);
+      }
+      lock.lock();
+      for (const auto& id : dead) {
+        auto lease = find(id);
+        if (lease == leases_.end() || lease->second.use != Use::kWarm) continue;
+        const size_t index = lease->second.account;
+        lease->second.use = Use::kEnding;
+        lock.unlock();
+        spdlog::warn("warm sandbox {} was found dead in the pool; replacing it", id);
+        (void)accounts_[index].provider->destroy(id);
+        lock.lock();
+        if (auto gone = find(id); gone != leases_.end()) leases_.erase(gone);
+        ++dead_warm_;
+      }
+      next_sweep = SteadyClock::now() + kPoolSweep;
+      continue;
+    }
+    changed_.wait_until(lock,
+                        std::min({next_sweep, std::max(backoff_until, now + kWaitSlice * 10)}));
+  }
+}
+
+int Scheduler::shutdown() {
+  std::unique_lock lock(mutex_);
+  stopping_ = true;
+  changed_.notify_all();
+  lock.unlock();
+  if (pool_.joinable()) pool_.join();
+  lock.lock();
+  std::vector<std::pair<std::string, size_t>> pooled;
+  for (const auto& [key, lease] : leases_) {
+    if (lease.use == Use::kWarm) pooled.emplace_back(lease.sandbox_id, lease.account);
+  }
+  lock.unlock();
+  int destroyed = 0;
+  for (const auto& [id, index] : pooled) {
+    if (accounts_[index].provider->destroy(id)) ++destroyed;
+    std::lock_guard relock(mutex_);
+    if (auto gone = find(id); gone != leases_.end()) leases_.erase(gone);
+  }
+  return destroyed;
+}
+
+}  // namespace quarry::capacity

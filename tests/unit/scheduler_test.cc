@@ -1,0 +1,405 @@
+// The sandbox scheduler (capacity/scheduler.h) against providers that keep their sandboxes in
+// memory and count how many exist at once: limits, fairness, the queue's timeout, eviction and
+// the warm pool, with many threads asking at the same time.
+#include "capacity/scheduler.h"
+
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <set>
+#include <thread>
+
+namespace quarry::capacity {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A provider whose sandboxes are names in a set. It counts the most that ever existed at once,
+// and a sandbox can be killed behind the scheduler's back.
+class CountingProvider final : public sandbox::SandboxProvider {
+ public:
+  Result<sandbox::SandboxInfo> create(const sandbox::SandboxSpec& spec) override {
+    std::this_thread::sleep_for(1ms);  // long enough for others to come in meanwhile
+    std::lock_guard lock(mutex_);
+    sandbox::SandboxInfo info;
+    info.id = fmt::format("sb{}", next_++);
+    info.labels = spec.labels;
+    alive_.insert(info.id);
+    existing_.insert(info.id);
+    most_ = std::max(most_, existing_.size());
+    if (shared_) {
+      *shared_ += 1;
+      shared_most_->store(std::max(shared_most_->load(), shared_->load()));
+    }
+    return info;
+  }
+  Result<void> prepare(std::string_view, const sandbox::PrepareSpec&) override { return {}; }
+  Result<sandbox::ExecResult> exec(std::string_view, const sandbox::ExecRequest&) override {
+    return sandbox::ExecResult{};
+  }
+  Result<int> stop_commands(std::string_view) override { return 0; }
+  Result<void> write_file(std::string_view, std::string_view, std::istream&) override { return {}; }
+  Result<uint64_t> read_file(std::string_view, std::string_view, std::ostream&, uint64_t) override {
+    return 0;
+  }
+  Result<std::vector<sandbox::FileInfo>> list_files(std::string_view, std::string_view) override {
+    return std::vector<sandbox::FileInfo>{};
+  }
+  Result<void> destroy(std::string_view id) override {
+    std::lock_guard lock(mutex_);
+    if (!existing_.erase(std::string(id))) return make_error(ErrorCode::kNotFound, "no {}", id);
+    alive_.erase(std::string(id));
+    destroyed_.push_back(std::string(id));
+    if (shared_) *shared_ -= 1;
+    return {};
+  }
+  Result<bool> is_alive(std::string_view id) override {
+    std::lock_guard lock(mutex_);
+    if (!existing_.contains(std::string(id))) return make_error(ErrorCode::kNotFound, "no {}", id);
+    return alive_.contains(std::string(id));
+  }
+  Result<std::vector<sandbox::SandboxInfo>> find(const sandbox::Labels&) override {
+    return std::vector<sandbox::SandboxInfo>{};
+  }
+
+  void kill(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    alive_.erase(id);
+  }
+  bool alive(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    return alive_.contains(id);
+  }
+  size_t most() {
+    std::lock_guard lock(mutex_);
+    return most_;
+  }
+  std::vector<std::string> ids() {
+    std::lock_guard lock(mutex_);
+    return {existing_.begin(), existing_.end()};
+  }
+  size_t existing() {
+    std::lock_guard lock(mutex_);
+    return existing_.size();
+  }
+  std::vector<std::string> destroyed() {
+    std::lock_guard lock(mutex_);
+    return destroyed_;
+  }
+  // Counts shared with other providers: sandboxes of every account at once.
+  void share(std::atomic<int>* count, std::atomic<int>* most) {
+    shared_ = count;
+    shared_most_ = most;
+  }
+
+ private:
+  std::mutex mutex_;
+  int next_ = 1;
+  std::set<std::string> alive_, existing_;
+  std::vector<std::string> destroyed_;
+  size_t most_ = 0;
+  std::atomic<int>* shared_ = nullptr;
+  std::atomic<int>* shared_most_ = nullptr;
+};
+
+SchedulerOptions limits(int total, int per_user, std::chrono::milliseconds timeout = 30s) {
+  SchedulerOptions options;
+  options.max_sandboxes = total;
+  options.max_per_user = per_user;
+  options.queue_timeout = timeout;
+  return options;
+}
+
+Request request(std::string user, std::string conversation = "") {
+  Request made;
+  made.user = std::move(user);
+  made.conversation_id = conversation.empty() ? fmt::format("c-{}", made.user) : conversation;
+  return made;
+}
+
+// Waits up to 5 s for `condition`.
+template <typename Condition>
+bool eventually(Condition condition) {
+  for (int i = 0; i < 500; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return condition();
+}
+
+TEST(Scheduler, LimitsHoldUnderConcurrentDemand) {
+  // Two accounts of 3 each, 5 in total, 2 per user; 4 users ask from 24 threads at once.
+  CountingProvider first, second;
+  std::atomic<int> together{0}, most_together{0};
+  first.share(&together, &most_together);
+  second.share(&together, &most_together);
+  Scheduler scheduler({{"first", &first, 3}, {"second", &second, 3}}, limits(5, 2));
+
+  std::mutex mutex;
+  std::map<std::string, int> held;
+  int most_per_user = 0;
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 24; ++i) {
+    threads.emplace_back([&, i] {
+      const std::string user = fmt::format("user{}", i % 4);
+      std::mt19937 random(static_cast<unsigned>(i));
+      for (int round = 0; round < 3; ++round) {
+        auto grant = scheduler.acquire(request(user, fmt::format("c{}-{}", i, round)));
+        ASSERT_TRUE(grant) << grant.error().message;
+        {
+          std::lock_guard lock(mutex);
+          most_per_user = std::max(most_per_user, ++held[user]);
+        }
+        ++granted;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1 + random() % 4));
+        {
+          std::lock_guard lock(mutex);
+          --held[user];
+        }
+        ASSERT_TRUE(scheduler.destroy(grant->sandbox_id));
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+
+  EXPECT_EQ(granted.load(), 72);
+  EXPECT_LE(first.most(), 3u);
+  EXPECT_LE(second.most(), 3u);
+  EXPECT_LE(most_together.load(), 5);
+  EXPECT_EQ(most_together.load(), 5) << "the limit should have been reached, not only kept";
+  EXPECT_LE(most_per_user, 2);
+  EXPECT_EQ(first.existing() + second.existing(), 0u);
+  auto stats = scheduler.stats();
+  EXPECT_EQ(stats.cold_starts, 72u);
+  EXPECT_EQ(stats.waiting, 0);
+}
+
+TEST(Scheduler, AUserWithFewerSandboxesIsServedBeforeOneWithMore) {
+  CountingProvider provider;
+  Scheduler scheduler({{"local", &provider, 2}}, limits(2, 4));
+  // The heavy user holds both sandboxes and has five more turns waiting before the light
+  // user's one arrives.
+  auto one = scheduler.acquire(request("heavy", "h1"));
+  auto two = scheduler.acquire(request("heavy", "h2"));
+  ASSERT_TRUE(one && two);
+
+  std::mutex mutex;
+  std::vector<std::string> served;
+  std::vector<std::thread> threads;
+  auto wait_for_sandbox = [&](std::string user, std::string conversation) {
+    auto grant = scheduler.acquire(request(user, conversation));
+    ASSERT_TRUE(grant) << grant.error().message;
+    {
+      std::lock_guard lock(mutex);
+      served.push_back(user);
+    }
+    std::this_thread::sleep_for(20ms);
+    (void)scheduler.destroy(grant->sandbox_id);
+  };
+  for (int i = 0; i < 5; ++i) {
+    threads.emplace_back(wait_for_sandbox, "heavy", fmt::format("h{}", i + 3));
+  }
+  ASSERT_TRUE(eventually([&] { return scheduler.waiting() == 5; }));
+  std::atomic<int> light_position{0};
+  threads.emplace_back([&] {
+    Request light = request("light");
+    light.on_queued = [&](const QueuePosition& place) {
+      if (light_position == 0) light_position = place.position;
+    };
+    auto grant = scheduler.acquire(light);
+    ASSERT_TRUE(grant);
+    std::lock_guard lock(mutex);
+    served.push_back("light");
+  });
+  ASSERT_TRUE(eventually([&] { return scheduler.waiting() == 6; }));
+  EXPECT_EQ(light_position.load(), 1) << "the light user's turn goes to the head of the queue";
+
+  ASSERT_TRUE(scheduler.destroy(one->sandbox_id));  // one place frees up
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(mutex);
+    return !served.empty();
+  }));
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(served, std::vector<std::string>{"light"});
+  }
+  ASSERT_TRUE(scheduler.destroy(two->sandbox_id));
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(served.size(), 6u);
+}
+
+TEST(Scheduler, AWaitPastTheQueueTimeoutSaysTheSystemIsBusyAndWhenToRetry) {
+  CountingProvider provider;
+  Scheduler scheduler({{"local", &provider, 1}}, limits(1, 1, 300ms));
+  auto held = scheduler.acquire(request("someone"));
+  ASSERT_TRUE(held);
+
+  const auto started = std::chrono::steady_clock::now();
+  auto refused = scheduler.acquire(request("other"));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("busy"), std::string::npos) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("capacity.queue_timeout"), std::string::npos);
+  EXPECT_NE(refused.error().message.find("try again in about"), std::string::npos);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 300ms);
+  EXPECT_EQ(scheduler.stats().timeouts, 1u);
+  EXPECT_EQ(scheduler.waiting(), 0);
+
+  // A user at their own limit is told so.
+  auto own = scheduler.acquire(request("someone", "another conversation"));
+  ASSERT_FALSE(own);
+  EXPECT_NE(own.error().message.find("capacity.max_per_user"), std::string::npos)
+      << own.error().message;
+}
+
+TEST(Scheduler, AWaitEndsWhenTheTurnIsCancelled) {
+  CountingProvider provider;
+  Scheduler scheduler({{"local", &provider, 1}}, limits(1, 1));
+  auto held = scheduler.acquire(request("someone"));
+  ASSERT_TRUE(held);
+  const int cancel = ::eventfd(0, EFD_CLOEXEC);
+  std::thread stop([&] {
+    std::this_thread::sleep_for(100ms);
+    const uint64_t one = 1;
+    ASSERT_EQ(::write(cancel, &one, sizeof one), 8);
+  });
+  Request waiting = request("other");
+  waiting.cancel_fd = cancel;
+  auto cancelled = scheduler.acquire(waiting);
+  stop.join();
+  ::close(cancel);
+  ASSERT_FALSE(cancelled);
+  EXPECT_EQ(cancelled.error().code, ErrorCode::kCancelled);
+  EXPECT_EQ(scheduler.waiting(), 0);
+}
+
+TEST(Scheduler, EvictionTakesTheLeastRecentlyUsedIdleSandboxAndNeverABusyOne) {
+  CountingProvider provider;
+  Scheduler scheduler({{"local", &provider, 3}}, limits(3, 3, 500ms));
+  std::vector<std::string> evicted;
+  scheduler.set_evict([&](const std::string&, const std::string& sandbox_id) -> Result<bool> {
+    evicted.push_back(sandbox_id);
+    RETURN_IF_ERROR(scheduler.destroy(sandbox_id));
+    return true;
+  });
+  auto oldest = scheduler.acquire(request("a", "oldest"));
+  auto busy = scheduler.acquire(request("b", "busy"));
+  auto newer = scheduler.acquire(request("c", "newer"));
+  ASSERT_TRUE(oldest && busy && newer);
+  scheduler.set_busy(oldest->sandbox_id, false);
+  std::this_thread::sleep_for(5ms);
+  scheduler.set_busy(newer->sandbox_id, false);  // idle, but used more recently
+
+  auto first = scheduler.acquire(request("d", "first waiter"));
+  ASSERT_TRUE(first) << first.error().message;
+  ASSERT_EQ(evicted, std::vector<std::string>{oldest->sandbox_id});
+  auto second = scheduler.acquire(request("e", "second waiter"));
+  ASSERT_TRUE(second) << second.error().message;
+  ASSERT_EQ(evicted, (std::vector<std::string>{oldest->sandbox_id, newer->sandbox_id}));
+
+  // Everything left is busy: nothing is evicted, the wait times out.
+  auto third = scheduler.acquire(request("f", "third waiter"));
+  ASSERT_FALSE(third);
+  EXPECT_EQ(third.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_EQ(evicted.size(), 2u);
+  EXPECT_TRUE(provider.alive(busy->sandbox_id));
+  EXPECT_EQ(scheduler.stats().evictions, 2u);
+}
+
+TEST(Scheduler, AUserAtTheirLimitMakesRoomFromTheirOwnIdleSandbox) {
+  CountingProvider provider;
+  Scheduler scheduler({{"local", &provider, 10}}, limits(10, 2, 500ms));
+  std::vector<std::string> evicted;
+  scheduler.set_evict([&](const std::string&, const std::string& sandbox_id) -> Result<bool> {
+    evicted.push_back(sandbox_id);
+    RETURN_IF_ERROR(scheduler.destroy(sandbox_id));
+    return true;
+  });
+  auto others = scheduler.acquire(request("other", "theirs"));
+  auto mine = scheduler.acquire(request("me", "mine 1"));
+  auto also_mine = scheduler.acquire(request("me", "mine 2"));
+  ASSERT_TRUE(others && mine && also_mine);
+  scheduler.set_busy(others->sandbox_id, false);  // the oldest idle one, but not mine
+  scheduler.set_busy(mine->sandbox_id, false);
+  auto third = scheduler.acquire(request("me", "mine 3"));
+  ASSERT_TRUE(third) << third.error().message;
+  EXPECT_EQ(evicted, std::vector<std::string>{mine->sandbox_id});
+}
+
+TEST(Scheduler, TheWarmPoolRefillsAfterBeingDrainedAndNeverHandsOutADeadSandbox) {
+  CountingProvider provider;
+  SchedulerOptions options = limits(3, 3);
+  options.warm_min_idle = 2;
+  Scheduler scheduler({{"local", &provider, 3}}, options);
+  scheduler.start_pool();
+  ASSERT_TRUE(eventually([&] { return scheduler.stats().warm == 2; }));
+
+  // Drained: two conversations take the two warm sandboxes, the pool refills the one place
+  // left (warm sandboxes count against the limit of 3).
+  auto first = scheduler.acquire(request("a"));
+  auto second = scheduler.acquire(request("b"));
+  ASSERT_TRUE(first && second);
+  EXPECT_TRUE(first->warm);
+  EXPECT_TRUE(second->warm);
+  ASSERT_TRUE(eventually([&] { return scheduler.stats().warm == 1; }));
+  EXPECT_LE(provider.most(), 3u);
+  ASSERT_TRUE(scheduler.destroy(first->sandbox_id));
+  ASSERT_TRUE(scheduler.destroy(second->sandbox_id));
+  ASSERT_TRUE(eventually([&] { return scheduler.stats().warm == 2; }));
+
+  // Both warm sandboxes die in the pool: neither is handed out.
+  const std::vector<std::string> pooled = provider.ids();
+  ASSERT_EQ(pooled.size(), 2u);
+  for (const auto& id : pooled)
+    provider.kill(id);
+  auto third = scheduler.acquire(request("c"));
+  ASSERT_TRUE(third) << third.error().message;
+  EXPECT_TRUE(provider.alive(third->sandbox_id));
+  EXPECT_FALSE(third->warm);
+  EXPECT_GE(scheduler.stats().dead_warm, 1u);
+  const auto destroyed = provider.destroyed();
+  EXPECT_NE(std::find(destroyed.begin(), destroyed.end(), pooled.front()), destroyed.end())
+      << "the dead pooled sandbox is removed";
+  EXPECT_LE(provider.most(), 3u);
+
+  EXPECT_GE(scheduler.shutdown(), 0);
+  ASSERT_TRUE(scheduler.destroy(third->sandbox_id));
+  EXPECT_EQ(provider.existing(), 0u) << "shutdown destroys the pool";
+}
+
+TEST(Scheduler, NewTurnsAreRefusedWhenTheQueueIsFull) {
+  CountingProvider provider;
+  SchedulerOptions options = limits(1, 1);
+  options.max_queue = 2;
+  Scheduler scheduler({{"local", &provider, 1}}, options);
+  auto held = scheduler.acquire(request("someone"));
+  ASSERT_TRUE(held);
+  EXPECT_TRUE(scheduler.admit(1));  // one waiting for a worker: room for one more
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 2; ++i) {
+    waiters.emplace_back([&, i] {
+      auto grant = scheduler.acquire(request(fmt::format("user{}", i)));
+      if (grant) (void)scheduler.destroy(grant->sandbox_id);
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return scheduler.waiting() == 2; }));
+  std::chrono::seconds retry{0};
+  auto refused = scheduler.admit(0, &retry);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("capacity.max_queue"), std::string::npos);
+  EXPECT_GE(retry.count(), 1);
+  EXPECT_EQ(scheduler.stats().refused, 1u);
+  ASSERT_TRUE(scheduler.destroy(held->sandbox_id));
+  for (auto& waiter : waiters)
+    waiter.join();
+}
+
+}  // namespace
+}  // namespace quarry::capacity
