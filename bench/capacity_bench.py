@@ -116,8 +116,12 @@ def quarry_cgroups():
     return found
 
 
-def mounts_under(path):
-    return {line.split()[4] for line in open("/proc/self/mountinfo") if path in line.split()[4]}
+def sandbox_mounts(state):
+    """Mounts of sandboxes: under the volume, <state>/sandboxes/... (the volume itself, mounted
+    once for the state directory, stays for the next run by design)."""
+    volume = os.path.join(state, "sandboxes") + "/"
+    return {line.split()[4] for line in open("/proc/self/mountinfo")
+            if line.split()[4].startswith(volume)}
 
 
 def init_processes():
@@ -159,7 +163,7 @@ capacity:
         tokens[f"user{i}"] = out.splitlines()[0]
 
     cgroups_before, inits_before = quarry_cgroups(), init_processes()
-    mounts_before = mounts_under(state)
+    mounts_before = sandbox_mounts(state)
     stdout = open(os.path.join(state, "stdout"), "w")
     log = open(os.path.join(state, "server.log"), "w")
     server = subprocess.Popen(quarry + ["serve"], stdout=stdout, stderr=log)
@@ -235,7 +239,7 @@ capacity:
     left = {
         "sandboxes": max(0, len(listed.strip().splitlines()) - 1),
         "cgroups": len(quarry_cgroups() - cgroups_before),
-        "mounts": len(mounts_under(state) - mounts_before),
+        "mounts": len(sandbox_mounts(state) - mounts_before),
         "processes": len(init_processes() - inits_before),
     }
 

@@ -400,25 +400,10 @@ Stats Scheduler::stats() const {
   stats.limits = options_;
   for (const auto& account : accounts_)
     stats.accounts.push_back({account.name, account.max_sandboxes, 0});
+  int* by_use[] = {&stats.starting, &stats.warm, &stats.busy, &stats.idle, &stats.deleting};
   for (const auto& [key, lease] : leases_) {
     ++stats.accounts[lease.account].in_use;
-    switch (lease.use) {
-      case Use::kStarting:
-        ++stats.starting;
-        break;
-      case Use::kWarm:
-        ++stats.warm;
-        break;
-      case Use::kBusy:
-        ++stats.busy;
-        break;
-      case Use::kIdle:
-        ++stats.idle;
-        break;
-      case Use::kEnding:
-        ++stats.deleting;
-        break;
-    }
+    ++*by_use[static_cast<size_t>(lease.use)];  // in the order of Use
   }
   stats.waiting = static_cast<int>(waiters_.size());
   const auto now = SteadyClock::now();

@@ -139,7 +139,7 @@ class Scheduler {
   int shutdown();
 
  private:
-  enum class Use { kStarting, kWarm, kBusy, kIdle, kEnding };
+  enum class Use { kStarting, kWarm, kBusy, kIdle, kEnding };  // Stats counts them in this order
   struct Lease {
     std::string sandbox_id;  // empty while starting
     size_t account = 0;

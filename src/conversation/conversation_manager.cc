@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "common/random_id.h"
 #include "common/units.h"
@@ -145,7 +146,7 @@ Result<std::unique_ptr<Turn>> ConversationManager::begin_turn(std::string_view c
                                                               TurnKind kind, EventSink on_event) {
   // Existence first, so an unknown id is "not found" rather than a lock file.
   ASSIGN_OR_RETURN(auto conversation, history_.conversation(conversation_id));
-  ASSIGN_OR_RETURN(auto lock, history_.try_lock_turn(conversation.id));
+  ASSIGN_OR_RETURN(auto lock, lock_for_turn(conversation.id));
   RETURN_IF_ERROR(finish_interrupted_turn(conversation.id));
   ASSIGN_OR_RETURN(int number, history_.begin_turn(conversation.id, kind));
   TurnContext context;
@@ -156,6 +157,25 @@ Result<std::unique_ptr<Turn>> ConversationManager::begin_turn(std::string_view c
   context.on_event = std::move(on_event);
   ASSIGN_OR_RETURN(context.reference, history_.sandbox_reference(conversation.id));
   return std::unique_ptr<Turn>(new Turn(*this, std::move(lock), std::move(context)));
+}
+
+Result<std::unique_ptr<TurnLock>> ConversationManager::lock_for_turn(
+    const std::string& conversation_id) {
+  // The lock is also taken for a moment between turns (the reaper, an eviction, shutdown): a
+  // turn that finds it taken while no turn is recorded as running waits for it a little.
+  constexpr auto kPatience = std::chrono::seconds(2);
+  constexpr auto kPause = std::chrono::milliseconds(5);
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  for (;;) {
+    auto lock = history_.try_lock_turn(conversation_id);
+    if (lock || lock.error().code != ErrorCode::kAborted ||
+        std::chrono::steady_clock::now() >= deadline) {
+      return lock;
+    }
+    ASSIGN_OR_RETURN(auto turns, history_.turns(conversation_id));
+    if (!turns.empty() && turns.back().status == TurnStatus::kRunning) return lock;
+    std::this_thread::sleep_for(kPause);
+  }
 }
 
 Result<bool> ConversationManager::finish_interrupted_turn(const std::string& conversation_id) {

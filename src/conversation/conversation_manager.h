@@ -113,6 +113,8 @@ class ConversationManager {
                       const EventSink& sink = {});
   Result<void> record(TurnContext& turn, std::string_view kind, std::string_view sandbox_id,
                       std::string_view reason, nlohmann::json details = nlohmann::json::object());
+  // The conversation's turn lock for a new turn: kAborted while a turn runs.
+  Result<std::unique_ptr<TurnLock>> lock_for_turn(const std::string& conversation_id);
   // With the conversation's turn lock held: if its last turn is still recorded as running, its
   // process died; records it as interrupted and stops what it left running. Returns whether
   // there was such a turn.

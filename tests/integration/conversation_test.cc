@@ -211,6 +211,22 @@ TEST_F(ConversationTest, OneTurnAtATimePerConversation) {
   EXPECT_TRUE(manager_->begin_turn(id));
 }
 
+// The reaper, an eviction or shutdown holds a conversation's lock for a moment between turns:
+// a turn asked for meanwhile waits for it rather than being told a turn is running.
+TEST_F(ConversationTest, ATurnWaitsForALockHeldBetweenTurns) {
+  auto id = history_->create_conversation("evicted meanwhile")->id;
+  auto held = history_->try_lock_turn(id);  // as delete_between_turns holds it
+  ASSERT_TRUE(held);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    held->reset();
+  });
+  auto turn = manager_->begin_turn(id);
+  release.join();
+  ASSERT_TRUE(turn) << turn.error().message;
+  EXPECT_EQ((*turn)->number(), 1);
+}
+
 // Many threads race for turns of one conversation; each turn checks, inside its sandbox, that
 // no other command of the conversation is running at the same time.
 TEST_F(ConversationTest, ConcurrentTurnsNeverShareTheSandbox) {

@@ -120,6 +120,15 @@ Request request(std::string user, std::string conversation = "") {
   return made;
 }
 
+// Evictions destroy the sandbox, as the ConversationManager's do, and are noted in `evicted`.
+void evict_into(Scheduler& scheduler, std::vector<std::string>& evicted) {
+  scheduler.set_evict([&](const std::string&, const std::string& sandbox_id) -> Result<bool> {
+    evicted.push_back(sandbox_id);
+    RETURN_IF_ERROR(scheduler.destroy(sandbox_id));
+    return true;
+  });
+}
+
 // Waits up to 5 s for `condition`.
 template <typename Condition>
 bool eventually(Condition condition) {
@@ -283,11 +292,7 @@ TEST(Scheduler, EvictionTakesTheLeastRecentlyUsedIdleSandboxAndNeverABusyOne) {
   CountingProvider provider;
   Scheduler scheduler({{"local", &provider, 3}}, limits(3, 3, 500ms));
   std::vector<std::string> evicted;
-  scheduler.set_evict([&](const std::string&, const std::string& sandbox_id) -> Result<bool> {
-    evicted.push_back(sandbox_id);
-    RETURN_IF_ERROR(scheduler.destroy(sandbox_id));
-    return true;
-  });
+  evict_into(scheduler, evicted);
   auto oldest = scheduler.acquire(request("a", "oldest"));
   auto busy = scheduler.acquire(request("b", "busy"));
   auto newer = scheduler.acquire(request("c", "newer"));
@@ -316,11 +321,7 @@ TEST(Scheduler, AUserAtTheirLimitMakesRoomFromTheirOwnIdleSandbox) {
   CountingProvider provider;
   Scheduler scheduler({{"local", &provider, 10}}, limits(10, 2, 500ms));
   std::vector<std::string> evicted;
-  scheduler.set_evict([&](const std::string&, const std::string& sandbox_id) -> Result<bool> {
-    evicted.push_back(sandbox_id);
-    RETURN_IF_ERROR(scheduler.destroy(sandbox_id));
-    return true;
-  });
+  evict_into(scheduler, evicted);
   auto others = scheduler.acquire(request("other", "theirs"));
   auto mine = scheduler.acquire(request("me", "mine 1"));
   auto also_mine = scheduler.acquire(request("me", "mine 2"));

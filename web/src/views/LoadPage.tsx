@@ -114,7 +114,7 @@ export function LoadPage({ conversation }: { conversation?: string }) {
       </header>
       {error && <p class="error" role="alert">{error}</p>}
       {totals && (
-        <dl class="totals">
+        <dl class="figures totals">
           <div><dt>Code steps</dt><dd>{totals.steps}</dd></div>
           <div><dt>Run time</dt><dd>{seconds(totals.run_ms)}</dd></div>
           <div><dt>CPU time</dt><dd>{seconds(totals.cpu_ms)}</dd></div>
@@ -202,7 +202,7 @@ function CapacityPanel({ capacity }: { capacity: Sandboxes["capacity"] }) {
   return (
     <section class="capacity">
       <h2>Capacity</h2>
-      <dl class="totals">
+      <dl class="figures">
         <div class={inUse >= limits.max_sandboxes ? "bad" : undefined}>
           <dt>Sandboxes</dt>
           <dd>
