@@ -22,6 +22,7 @@ await run(async (browser) => {
 
   const ran = await turnEnded(tab, 1);
   assert.equal(await ran.locator("pre.stdout").innerText(), "my turn\n");
+  assert.equal(await waiting.innerText(), "Every sandbox was in use: this turn waited in the queue for one.");
   assert.match(await ran.locator(".sandbox-event.sandbox_ready").innerText(), /A sandbox was started for this conversation after waiting [\d.]+ (s|ms)\./);
   assert.match(await (await turnEnded(page, 1)).locator("pre.stdout").innerText(), /holding the sandbox/);
 

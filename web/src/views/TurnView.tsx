@@ -38,6 +38,7 @@ export function TurnView({ turn, expanded, onEditCell, onEditQuestion }: Props) 
           key={index}
           item={item}
           items={turn.items}
+          waiting={stillWaiting(turn, index)}
           expanded={expanded}
           keepOpen={turn.kind === "cell"}
           onEditCell={onEditCell}
@@ -55,15 +56,24 @@ export function TurnView({ turn, expanded, onEditCell, onEditQuestion }: Props) 
   );
 }
 
+// Whether the running turn still waits for the sandbox its queue note (at `index`) is about.
+function stillWaiting(turn: Turn, index: number): boolean {
+  if (turn.status !== "running") return false;
+  return !turn.items.slice(index + 1).some((later) => later.kind === "sandbox" && later.event.kind === "sandbox_ready");
+}
+
 function ItemView({
   item,
   items,
+  waiting,
   expanded,
   keepOpen,
   onEditCell,
 }: {
   item: Item;
   items: Item[];
+  waiting: boolean; // still waiting for a sandbox, if this is the queue's note
+
   expanded: boolean | null;
   keepOpen: boolean;
   onEditCell: Props["onEditCell"];
@@ -76,16 +86,18 @@ function ItemView({
     case "note":
       return <p class="note">{item.text}</p>;
     case "sandbox":
-      return <SandboxNote event={item.event} />;
+      return <SandboxNote event={item.event} waiting={waiting} />;
   }
 }
 
-function SandboxNote({ event }: { event: Extract<Item, { kind: "sandbox" }>["event"] }) {
+function SandboxNote({ event, waiting }: { event: Extract<Item, { kind: "sandbox" }>["event"]; waiting: boolean }) {
   const details = event.details;
   let text: string;
   switch (event.kind) {
     case "queued":
-      text = `Every sandbox is in use: this turn waits for one (place ${String(details.position)} of ${String(details.waiting)} waiting).`;
+      text = waiting
+        ? `Every sandbox is in use: this turn waits for one (place ${String(details.position)} of ${String(details.waiting)} waiting).`
+        : "Every sandbox was in use: this turn waited in the queue for one.";
       break;
     case "sandbox_ready": {
       const waited = typeof details.waited_ms === "number" && details.waited_ms >= 100 ? ` after waiting ${seconds(details.waited_ms)}` : "";
