@@ -35,7 +35,8 @@ namespace quarry::capacity {
 // takes one.
 inline constexpr std::string_view kOriginLabel = "quarry.origin";
 
-// A provider account: each has a quota of its own (a remote provider may have several).
+// A provider account: each has a quota of its own (a remote provider may have several). Sandbox
+// ids are unique across accounts.
 struct Account {
   std::string name;
   sandbox::SandboxProvider* provider = nullptr;

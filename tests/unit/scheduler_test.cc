@@ -21,11 +21,14 @@ using namespace std::chrono_literals;
 // and a sandbox can be killed behind the scheduler's back.
 class CountingProvider final : public sandbox::SandboxProvider {
  public:
+  // Ids are unique across providers, as a real provider's are (`name` starts them).
+  explicit CountingProvider(std::string name = "sb") : name_(std::move(name)) {}
+
   Result<sandbox::SandboxInfo> create(const sandbox::SandboxSpec& spec) override {
     std::this_thread::sleep_for(1ms);  // long enough for others to come in meanwhile
     std::lock_guard lock(mutex_);
     sandbox::SandboxInfo info;
-    info.id = fmt::format("sb{}", next_++);
+    info.id = fmt::format("{}{}", name_, next_++);
     info.labels = spec.labels;
     alive_.insert(info.id);
     existing_.insert(info.id);
@@ -96,6 +99,7 @@ class CountingProvider final : public sandbox::SandboxProvider {
   }
 
  private:
+  std::string name_;
   std::mutex mutex_;
   int next_ = 1;
   std::set<std::string> alive_, existing_;
@@ -141,7 +145,7 @@ bool eventually(Condition condition) {
 
 TEST(Scheduler, LimitsHoldUnderConcurrentDemand) {
   // Two accounts of 3 each, 5 in total, 2 per user; 4 users ask from 24 threads at once.
-  CountingProvider first, second;
+  CountingProvider first("first-"), second("second-");
   std::atomic<int> together{0}, most_together{0};
   first.share(&together, &most_together);
   second.share(&together, &most_together);
