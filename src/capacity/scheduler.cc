@@ -155,20 +155,70 @@ void Scheduler::record_grant(const Grant& grant) {
 
 Result<Grant> Scheduler::acquire(const Request& request) {
   const auto since = SteadyClock::now();
-  const auto deadline = since + options_.queue_timeout;
-  std::unique_lock lock(mutex_);
+  Lock lock(mutex_);
   const uint64_t me = next_waiter_++;
   waiters_.push_back({me, request.user, since});
-  auto leave = [&] {
-    std::erase_if(waiters_, [&](const Waiter& waiter) { return waiter.seq == me; });
-    changed_.notify_all();
+  auto waited = wait_turn(lock, request, me, since + options_.queue_timeout);
+  std::erase_if(waiters_, [&](const Waiter& waiter) { return waiter.seq == me; });
+  changed_.notify_all();
+  RETURN_IF_ERROR(waited);
+
+  // Served: a warm sandbox if the pool has one, else a new one in a lease of its own.
+  const auto served = SteadyClock::now();
+  Grant grant;
+  grant.waited = std::chrono::duration_cast<std::chrono::microseconds>(served - since);
+  auto handed_out = [&](uint64_t key, bool warm) {
+    Lease& mine = leases_.at(key);
+    mine.use = Use::kBusy;
+    grant.sandbox_id = mine.sandbox_id;
+    grant.account = accounts_[mine.account].name;
+    grant.warm = warm;
+    grant.acquired =
+        std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - served);
+    record_grant(grant);
+    return grant;
   };
+  auto warm = std::find_if(leases_.begin(), leases_.end(),
+                           [](const auto& entry) { return entry.second.use == Use::kWarm; });
+  uint64_t key = 0;
+  if (warm != leases_.end()) {
+    key = warm->first;
+    Lease& lease = warm->second;
+    lease.use = Use::kStarting;
+    lease.user = request.user;
+    lease.conversation_id = request.conversation_id;
+    const std::string id = lease.sandbox_id;
+    sandbox::SandboxProvider& provider = *accounts_[lease.account].provider;
+    lock.unlock();
+    auto alive = provider.is_alive(id);
+    const bool live = alive && *alive;
+    if (!live) {
+      // Died in the pool: never handed out. Its place becomes this request's cold start.
+      spdlog::warn("warm sandbox {} was found dead in the pool; starting another", id);
+      (void)provider.destroy(id);
+    }
+    lock.lock();
+    if (live) return handed_out(key, true);
+    ++dead_warm_;
+    leases_.at(key).sandbox_id.clear();
+  } else {
+    key = next_lease_++;
+    Lease lease;
+    lease.account = static_cast<size_t>(std::max(account_with_room(), 0));
+    lease.user = request.user;
+    lease.conversation_id = request.conversation_id;
+    leases_.emplace(key, std::move(lease));
+  }
+  RETURN_IF_ERROR(fill(lock, key, request.labels));
+  return handed_out(key, false);
+}
+
+Result<void> Scheduler::wait_turn(Lock& lock, const Request& request, uint64_t me,
+                                  std::chrono::steady_clock::time_point deadline) {
   QueuePosition told;
   SteadyClock::time_point told_at;
-
   for (;;) {
     if (stopping_) {
-      leave();
       return make_error(ErrorCode::kUnavailable,
                         "the server is shutting down and starts no more sandboxes; send it again "
                         "to the server when it is back");
@@ -176,7 +226,7 @@ Result<Grant> Scheduler::acquire(const Request& request) {
     const auto ordered = order();
     const auto first = std::find_if(ordered.begin(), ordered.end(),
                                     [&](const Waiter* waiter) { return grantable(*waiter); });
-    if (first != ordered.end() && (*first)->seq == me) break;
+    if (first != ordered.end() && (*first)->seq == me) return {};
 
     const int position =
         static_cast<int>(std::find_if(ordered.begin(), ordered.end(),
@@ -192,131 +242,77 @@ Result<Grant> Scheduler::acquire(const Request& request) {
       lock.lock();
       continue;  // things may have moved meanwhile
     }
-
-    // Room can be made by deleting an idle sandbox: the first waiter it would help does it, one
-    // eviction at a time.
-    bool tried = false;
-    if (evict_ && !evicting_) {
-      for (const Waiter* waiter : ordered) {
-        if (grantable(*waiter)) continue;
-        auto victim = eviction_for(*waiter);
-        if (victim == leases_.end()) continue;
-        if (waiter->seq != me) break;
-        evicting_ = true;
-        const std::string conversation = victim->second.conversation_id;
-        const std::string sandbox_id = victim->second.sandbox_id;
-        lock.unlock();
-        auto evicted = evict_(conversation, sandbox_id);
-        lock.lock();
-        evicting_ = false;
-        if (evicted && *evicted) {
-          ++evictions_;
-        } else {
-          if (!evicted) {
-            spdlog::warn("could not evict sandbox {} of conversation {}: {}", sandbox_id,
-                         conversation, evicted.error().message);
-          }
-          if (auto still = find(sandbox_id); still != leases_.end()) {
-            still->second.skip_until = SteadyClock::now() + kEvictionRetry;
-          }
-        }
-        changed_.notify_all();
-        tried = true;
-        break;
-      }
-    }
-    if (tried) continue;  // look again before waiting
-
+    if (evict_for(lock, ordered, me)) continue;  // look again before waiting
     if (SteadyClock::now() >= deadline) {
-      const bool own_limit = !user_has_room(request.user);
-      leave();
       ++timeouts_;
-      const auto retry = retry_after();
-      if (own_limit) {
-        return make_error(ErrorCode::kResourceExhausted,
-                          "your conversations already hold {} sandboxes, the most one user may "
-                          "have (capacity.max_per_user), and all of them stayed in use for {} "
-                          "(capacity.queue_timeout); try again when one of your other turns has "
-                          "ended",
-                          options_.max_per_user, format_duration(options_.queue_timeout));
-      }
-      return make_error(ErrorCode::kResourceExhausted,
-                        "the system is busy: all {} sandboxes (capacity.max_sandboxes) stayed in "
-                        "use while this turn waited {} (capacity.queue_timeout); try again in "
-                        "about {} s",
-                        options_.max_sandboxes, format_duration(options_.queue_timeout),
-                        retry.count());
+      return std::unexpected(timed_out(request.user));
     }
     if (readable(request.cancel_fd)) {
-      leave();
       return make_error(ErrorCode::kCancelled, "cancelled while waiting for a sandbox");
     }
     changed_.wait_until(lock, std::min(deadline, SteadyClock::now() + kWaitSlice));
   }
+}
 
-  // Served: out of the queue, into a lease.
-  leave();
-  const auto served = SteadyClock::now();
-  Grant grant;
-  grant.waited = std::chrono::duration_cast<std::chrono::microseconds>(served - since);
-  auto warm = std::find_if(leases_.begin(), leases_.end(),
-                           [](const auto& entry) { return entry.second.use == Use::kWarm; });
-  uint64_t key = 0;
-  if (warm != leases_.end()) {
-    key = warm->first;
-    Lease& lease = warm->second;
-    lease.use = Use::kStarting;
-    lease.user = request.user;
-    lease.conversation_id = request.conversation_id;
-    const std::string id = lease.sandbox_id;
-    sandbox::SandboxProvider& provider = *accounts_[lease.account].provider;
-    lock.unlock();
-    auto alive = provider.is_alive(id);
-    if (alive && *alive) {
-      lock.lock();
-      Lease& mine = leases_.at(key);
-      mine.use = Use::kBusy;
-      grant.sandbox_id = id;
-      grant.account = accounts_[mine.account].name;
-      grant.warm = true;
-      grant.acquired =
-          std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - served);
-      record_grant(grant);
-      return grant;
-    }
-    // Died in the pool: never handed out. Its place becomes this request's cold start.
-    spdlog::warn("warm sandbox {} was found dead in the pool; starting another", id);
-    (void)provider.destroy(id);
-    lock.lock();
-    ++dead_warm_;
-    leases_.at(key).sandbox_id.clear();
+bool Scheduler::evict_for(Lock& lock, const std::vector<const Waiter*>& ordered, uint64_t me) {
+  if (!evict_ || evicting_) return false;
+  // The first waiter an eviction would help does it, one eviction at a time.
+  const auto helped = std::find_if(ordered.begin(), ordered.end(), [&](const Waiter* waiter) {
+    return !grantable(*waiter) && eviction_for(*waiter) != leases_.end();
+  });
+  if (helped == ordered.end() || (*helped)->seq != me) return false;
+  const Lease& victim = eviction_for(**helped)->second;
+  const std::string conversation = victim.conversation_id;
+  const std::string sandbox_id = victim.sandbox_id;
+  evicting_ = true;
+  lock.unlock();
+  auto evicted = evict_(conversation, sandbox_id);
+  lock.lock();
+  evicting_ = false;
+  if (evicted && *evicted) {
+    ++evictions_;
   } else {
-    const int account = account_with_room();
-    key = next_lease_++;
-    Lease lease;
-    lease.account = static_cast<size_t>(std::max(account, 0));
-    lease.user = request.user;
-    lease.conversation_id = request.conversation_id;
-    leases_.emplace(key, std::move(lease));
+    if (!evicted) {
+      spdlog::warn("could not evict sandbox {} of conversation {}: {}", sandbox_id, conversation,
+                   evicted.error().message);
+    }
+    if (auto still = find(sandbox_id); still != leases_.end()) {
+      still->second.skip_until = SteadyClock::now() + kEvictionRetry;
+    }
   }
+  changed_.notify_all();
+  return true;
+}
+
+Error Scheduler::timed_out(const std::string& user) const {
+  if (!user_has_room(user)) {
+    return Error{ErrorCode::kResourceExhausted,
+                 fmt::format("your conversations already hold {} sandboxes, the most one user may "
+                             "have (capacity.max_per_user), and all of them stayed in use for {} "
+                             "(capacity.queue_timeout); try again when one of your other turns "
+                             "has ended",
+                             options_.max_per_user, format_duration(options_.queue_timeout))};
+  }
+  return Error{ErrorCode::kResourceExhausted,
+               fmt::format("the system is busy: all {} sandboxes (capacity.max_sandboxes) stayed "
+                           "in use while this turn waited {} (capacity.queue_timeout); try again "
+                           "in about {} s",
+                           options_.max_sandboxes, format_duration(options_.queue_timeout),
+                           retry_after().count())};
+}
+
+Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& labels) {
   const size_t account = leases_.at(key).account;
   lock.unlock();
-  auto started = start(account, request.labels);
+  auto started = start(account, labels);
   lock.lock();
   if (!started) {
     leases_.erase(key);
     changed_.notify_all();
     return std::unexpected(started.error());
   }
-  Lease& mine = leases_.at(key);
-  mine.sandbox_id = *started;
-  mine.use = Use::kBusy;
-  grant.sandbox_id = *started;
-  grant.account = accounts_[account].name;
-  grant.acquired =
-      std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - served);
-  record_grant(grant);
-  return grant;
+  leases_.at(key).sandbox_id = *started;
+  return {};
 }
 
 Result<void> Scheduler::admit(int also_waiting, std::chrono::seconds* retry_after_out) {
@@ -441,17 +437,12 @@ void Scheduler::pool_loop() {
       Lease lease;
       lease.account = static_cast<size_t>(account);
       leases_.emplace(key, std::move(lease));
-      lock.unlock();
-      auto started = start(static_cast<size_t>(account), {{std::string(kOriginLabel), "pool"}});
-      lock.lock();
-      if (started) {
-        leases_.at(key).sandbox_id = *started;
+      if (auto filled = fill(lock, key, {{std::string(kOriginLabel), "pool"}}); filled) {
         leases_.at(key).use = Use::kWarm;
       } else {
-        leases_.erase(key);
         backoff_until = SteadyClock::now() + kPoolBackoff;
         spdlog::warn("the warm pool could not start a sandbox (trying again in {}): {}",
-                     format_duration(kPoolBackoff), started.error().message);
+                     format_duration(kPoolBackoff), filled.error().message);
       }
       changed_.notify_all();
       continue;
@@ -469,18 +460,14 @@ void Scheduler::pool_loop() {
         if (!alive || !*alive) dead.push_back(id);
       }
       lock.lock();
-      for (const auto& id : dead) {
-        auto lease = find(id);
-        if (lease == leases_.end() || lease->second.use != Use::kWarm) continue;
-        const size_t index = lease->second.account;
-        lease->second.use = Use::kEnding;
-        lock.unlock();
+      const auto gone = withdraw_warm(dead);
+      lock.unlock();
+      for (const auto& id : gone) {
         spdlog::warn("warm sandbox {} was found dead in the pool; replacing it", id);
-        (void)accounts_[index].provider->destroy(id);
-        lock.lock();
-        if (auto gone = find(id); gone != leases_.end()) leases_.erase(gone);
-        ++dead_warm_;
+        (void)destroy(id);
       }
+      lock.lock();
+      dead_warm_ += gone.size();
       next_sweep = SteadyClock::now() + kPoolSweep;
       continue;
     }
@@ -496,18 +483,24 @@ int Scheduler::shutdown() {
   lock.unlock();
   if (pool_.joinable()) pool_.join();
   lock.lock();
-  std::vector<std::pair<std::string, size_t>> pooled;
-  for (const auto& [key, lease] : leases_) {
-    if (lease.use == Use::kWarm) pooled.emplace_back(lease.sandbox_id, lease.account);
-  }
+  const auto pooled = withdraw_warm();
   lock.unlock();
   int destroyed = 0;
-  for (const auto& [id, index] : pooled) {
-    if (accounts_[index].provider->destroy(id)) ++destroyed;
-    std::lock_guard relock(mutex_);
-    if (auto gone = find(id); gone != leases_.end()) leases_.erase(gone);
-  }
+  for (const auto& id : pooled)
+    destroyed += destroy(id).has_value();
   return destroyed;
+}
+
+std::vector<std::string> Scheduler::withdraw_warm(
+    const std::optional<std::vector<std::string>>& only) {
+  std::vector<std::string> withdrawn;
+  for (auto& [key, lease] : leases_) {
+    if (lease.use != Use::kWarm) continue;
+    if (only && std::find(only->begin(), only->end(), lease.sandbox_id) == only->end()) continue;
+    lease.use = Use::kEnding;
+    withdrawn.push_back(lease.sandbox_id);
+  }
+  return withdrawn;
 }
 
 }  // namespace quarry::capacity

@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -169,7 +170,26 @@ class Scheduler {
   // the user is at max_per_user, otherwise anyone's. end() for none.
   LeaseMap::iterator eviction_for(const Waiter& waiter);
   LeaseMap::iterator find(std::string_view sandbox_id);
+
+  using Lock = std::unique_lock<std::mutex>;
+  // In the queue until `me` is the first waiter that can be served (or the wait ends: shutdown,
+  // timeout, cancel). Reports the place and makes room by eviction meanwhile.
+  Result<void> wait_turn(Lock& lock, const Request& request, uint64_t me,
+                         std::chrono::steady_clock::time_point deadline);
+  // Evicts an idle sandbox if that would help the first waiter it can help and that is `me`.
+  // Returns whether it tried.
+  bool evict_for(Lock& lock, const std::vector<const Waiter*>& ordered, uint64_t me);
+  // The error of a wait past queue_timeout: the user's own limit, or the system's.
+  Error timed_out(const std::string& user) const;
+  // Starts the sandbox of the starting lease `key` (unlocked meanwhile); the lease is dropped if
+  // that fails.
+  Result<void> fill(Lock& lock, uint64_t key, const sandbox::Labels& labels);
+  // Creates and prepares a sandbox in `account` (without the lock).
   Result<std::string> start(size_t account, const sandbox::Labels& labels);
+  // Takes the pool's sandboxes (those among `only`, if given) out of it, as being deleted;
+  // returns their ids for destroy().
+  std::vector<std::string> withdraw_warm(
+      const std::optional<std::vector<std::string>>& only = std::nullopt);
   void record_grant(const Grant& grant);
   void pool_loop();
 

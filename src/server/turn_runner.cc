@@ -67,9 +67,13 @@ void TurnRunner::work() {
       changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
       // The user with the fewest turns on workers first; the oldest of theirs.
-      auto chosen = std::min_element(
-          queue_.begin(), queue_.end(),
-          [&](const auto& a, const auto& b) { return working_[a.user] < working_[b.user]; });
+      auto working = [&](const Queued& queued) {
+        auto found = working_.find(queued.user);
+        return found == working_.end() ? 0 : found->second;
+      };
+      auto chosen =
+          std::min_element(queue_.begin(), queue_.end(),
+                           [&](const auto& a, const auto& b) { return working(a) < working(b); });
       next = std::move(*chosen);
       queue_.erase(chosen);
       ++working_[next.user];

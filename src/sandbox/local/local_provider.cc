@@ -252,7 +252,7 @@ Result<const SandboxVolume*> LocalProvider::volume() {
 
 namespace {
 
-// The memory, CPU and disk of `limits`, added to or taken from `total` (what admission counts).
+// The memory, CPU and disk of `limits` added to `total` (what admission counts).
 void add(ResourceLimits& total, const ResourceLimits& limits) {
   total.memory_bytes += limits.memory_bytes;
   total.cpus += limits.cpus;

@@ -243,9 +243,9 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
   // A record saved before its qgroup was known (or a half-made subvolume) does not name it:
   // the subvolume does.
   if (qgroup == 0) {
-    UniqueFd subvolume(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    auto id_of = subvolume ? subvolume_id(subvolume.get(), dir) : Result<uint64_t>(0);
-    if (id_of) qgroup = *id_of;
+    if (UniqueFd subvolume(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); subvolume) {
+      if (auto id_of = subvolume_id(subvolume.get(), dir)) qgroup = *id_of;
+    }
   }
   btrfs_ioctl_vol_args destroy{};
   std::strncpy(destroy.name, std::string(id).c_str(), BTRFS_PATH_NAME_MAX);
