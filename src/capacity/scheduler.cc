@@ -30,12 +30,14 @@ void keep(std::deque<double>& samples, double value) {
   if (samples.size() > kKeptSamples) samples.pop_front();
 }
 
+// Nearest rank: the smallest sample with at least `fraction` of them at or below it (of 0 and
+// 5000, the median is 0).
 double percentile(const std::deque<double>& samples, double fraction) {
   if (samples.empty()) return 0;
   std::vector<double> sorted(samples.begin(), samples.end());
   std::sort(sorted.begin(), sorted.end());
-  return sorted[static_cast<size_t>(
-      std::lround(fraction * static_cast<double>(sorted.size() - 1)))];
+  const auto rank = static_cast<size_t>(std::ceil(fraction * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
 bool readable(int fd) {

@@ -271,6 +271,26 @@ TEST(Scheduler, AWaitPastTheQueueTimeoutSaysTheSystemIsBusyAndWhenToRetry) {
       << own.error().message;
 }
 
+TEST(Scheduler, WaitFiguresAreOfTheGrants) {
+  CountingProvider provider;
+  Scheduler scheduler({{"local", &provider, 1}}, limits(1, 2));
+  auto first = scheduler.acquire(request("a"));  // no wait
+  ASSERT_TRUE(first);
+  std::thread release([&] {
+    std::this_thread::sleep_for(200ms);
+    (void)scheduler.destroy(first->sandbox_id);
+  });
+  auto second = scheduler.acquire(request("b"));  // waits about 200 ms
+  release.join();
+  ASSERT_TRUE(second);
+  EXPECT_GE(second->waited, 150ms);
+  auto stats = scheduler.stats();
+  EXPECT_LT(stats.wait_p50_ms, 100) << "of a wait of 0 and one of 200 ms, the median is 0";
+  EXPECT_GE(stats.wait_p99_ms, 150);
+  EXPECT_EQ(stats.cold_starts, 2u);
+  EXPECT_EQ(stats.warm_starts, 0u);
+}
+
 TEST(Scheduler, AWaitEndsWhenTheTurnIsCancelled) {
   CountingProvider provider;
   Scheduler scheduler({{"local", &provider, 1}}, limits(1, 1));
