@@ -113,10 +113,16 @@ def numeric(digits, weight, sign, dscale):
         struct.pack(">h", d) for d in digits)
 
 
-def array(element_oid, elements):
+def array(element_oid, elements, sizes=None):
     has_null = any(e is None for e in elements)
-    return (struct.pack(">iiIii", 1, int(has_null), element_oid, len(elements), 1)
+    sizes = sizes or [len(elements)]
+    return (struct.pack(">iiI", len(sizes), int(has_null), element_oid)
+            + b"".join(struct.pack(">ii", size, 1) for size in sizes)
             + b"".join(field(e) for e in elements))
+
+
+def interval(micros, days, months):
+    return struct.pack(">qii", micros, days, months)
 
 
 DAY = 86400 * 1000000
@@ -141,7 +147,8 @@ write("copy_binary", "no_rows", bytes([3]) + HEADER + struct.pack(">h", -1))
 # modifier, then values as (length, bytes).
 OIDS = [16, 17, 18, 19, 20, 21, 23, 25, 114, 142, 700, 701, 1042, 1043, 1082, 1083, 1114, 1184,
         1700, 2950, 3802, 1000, 1001, 1002, 1003, 1016, 1005, 1007, 1009, 199, 143, 1021, 1022,
-        1014, 1015, 1182, 1183, 1115, 1185, 1231, 2951, 3807, 1186]
+        1014, 1015, 1182, 1183, 1115, 1185, 1231, 2951, 3807, 1186, 1187, 90001, 90002]
+ENUM_OID, COMPOSITE_OID = 90001, 90002  # the fuzzer's enum, and (a int4, n numeric, m enum)
 
 
 def column(oid, values, typmod=-1):
@@ -172,7 +179,18 @@ write("pg_types", "int4_array", column(1007, [array(23, [struct.pack(">i", 7), N
                                               struct.pack(">iii", 0, 0, 23)]))
 write("pg_types", "text_array", column(1009, [array(25, [b"a", b"bc"])]))
 write("pg_types", "numeric_array", column(1231, [array(1700, [numeric([5], 0, 0, 0)])]))
-write("pg_types", "interval_refused", column(1186, [b"\x00" * 16]))
+write("pg_types", "numeric_wide", column(1700, [numeric([1], 10, 0, 0), numeric([], 0, 0xD000, 0),
+                                              numeric([3333] * 5, -1, 0, 20)]))
+write("pg_types", "interval", column(1186, [interval(5, 1, 0), interval(-1, 0, 14), None]))
+write("pg_types", "interval_array", column(1187, [array(1186, [interval(0, 3, 0), None])]))
+write("pg_types", "int4_grid", column(1007, [array(23, [struct.pack(">i", n) for n in range(6)],
+                                                   sizes=[2, 3])]))
+write("pg_types", "timestamp_infinity", column(1114, [struct.pack(">q", 2**63 - 1)]))
+write("pg_types", "enum", column(ENUM_OID, [b"happy", b"sad", None, b"added later"]))
+write("pg_types", "composite", column(COMPOSITE_OID, [
+    struct.pack(">i", 3) + struct.pack(">i", 23) + field(struct.pack(">i", 7))
+    + struct.pack(">I", 1700) + field(numeric([15], 0, 0, 1))
+    + struct.pack(">I", ENUM_OID) + field(b"ok"), None]))
 
 # ---- protocol: init's frames as protocol::send writes them ----------------------------------
 

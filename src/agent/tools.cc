@@ -226,6 +226,7 @@ ToolResult Toolbox::export_query(const nlohmann::json& arguments, conversation::
   for (const auto& column : json["columns"]) {
     content += fmt::format("\n  {} ({} -> {})", column.value("name", ""), column.value("type", ""),
                            column.value("parquet_type", ""));
+    if (column.contains("note")) content += fmt::format(": {}", column["note"].get<std::string>());
   }
   ToolResult tool;
   tool.content = std::move(content);

@@ -25,8 +25,10 @@ std::function<void(uint64_t)> export_progress(Progress& progress) {
 void print_export(const data::ExportSummary& summary, std::string_view where) {
   std::cout << fmt::format("{}: {} rows, {}, {:.0f} ms\n", where, summary.rows,
                            format_size(summary.bytes), summary.elapsed_ms);
-  for (const auto& column : summary.columns)
-    std::cout << fmt::format("  {}: {} -> {}\n", column.name, column.sql_type, column.parquet_type);
+  for (const auto& column : summary.columns) {
+    std::cout << fmt::format("  {}: {} -> {}{}\n", column.name, column.sql_type,
+                             column.parquet_type, column.note.empty() ? "" : ": " + column.note);
+  }
   if (summary.truncated) {
     std::cout << fmt::format("cut at sandbox.export_max_rows = {}: the query returns more rows\n",
                              summary.max_rows);

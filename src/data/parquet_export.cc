@@ -5,10 +5,13 @@
 #include <parquet/arrow/writer.h>
 #include <parquet/properties.h>
 
+#include <algorithm>
+#include <optional>
 #include <set>
 
 #include "data/column_builder.h"
 #include "data/connection.h"
+#include "data/pg_catalog.h"
 #include "data/statement.h"
 
 namespace quarry::data {
@@ -92,6 +95,170 @@ Result<void> check_unique_names(const std::vector<ColumnDescription>& columns) {
   return {};
 }
 
+// A run of the query after another found values that needed another form is planned from all
+// of them, so it fits; a third is for a query whose values differ from run to run (random(),
+// clock_timestamp()): it takes the widest form of every part that changed, which fits anything.
+constexpr int kMaxRuns = 3;
+
+using Shapes = std::vector<std::vector<ValueShape>>;
+
+struct Run {
+  ExportSummary summary;
+  bool misfit = false;        // some value needed another form: nothing was written
+  std::vector<bool> misfits;  // which columns' values did
+  Shapes shapes;              // what the values showed
+};
+
+// `name` quoted as an SQL identifier.
+Result<std::string> quote_identifier(Connection& connection, const std::string& name) {
+  char* quoted = PQescapeIdentifier(connection.get(), name.data(), name.size());
+  if (quoted == nullptr) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: column name '{}' cannot be quoted: {}",
+                      kTool, name, PQerrorMessage(connection.get()));
+  }
+  std::string text(quoted);
+  PQfreemem(quoted);
+  return text;
+}
+
+// The COPY of the query's rows, each column as its plan selects it, and one row past the cap
+// to tell whether the result was cut. The newline keeps a trailing "-- comment" in `sql` from
+// swallowing the closing parenthesis. A text form is the type's output function, as
+// format('%s') calls it: a ::text cast would call a type's own cast where it has one (inet's
+// adds the netmask). num_nulls() tells NULL from a record of NULLs, which IS NULL does not.
+Result<std::string> copy_statement(Connection& connection, std::string_view sql,
+                                   const std::vector<std::unique_ptr<ColumnBuilder>>& builders,
+                                   uint64_t max_rows) {
+  std::string select = "*";
+  const auto as_value = [](const auto& b) { return b->plan().select == Select::kValue; };
+  if (!std::ranges::all_of(builders, as_value)) {
+    select.clear();
+    for (const auto& builder : builders) {
+      ASSIGN_OR_RETURN(auto quoted, quote_identifier(connection, builder->name()));
+      const std::string text =
+          fmt::format("CASE WHEN num_nulls({0}) = 0 THEN format('%s', {0}) END", quoted);
+      switch (builder->plan().select) {
+        case Select::kValue:
+          break;
+        case Select::kText:
+          quoted = fmt::format("{} AS {}", text, quoted);
+          break;
+        case Select::kTextElements:
+          // The array as it prints, read back as text[]: each element as it prints.
+          quoted = fmt::format("({})::text[] AS {}", text, quoted);
+          break;
+      }
+      select += fmt::format("{}{}", select.empty() ? "" : ", ", quoted);
+    }
+  }
+  return fmt::format(
+      "COPY (SELECT {} FROM (\n{}\n) AS quarry_export LIMIT {}) TO STDOUT (FORMAT binary)", select,
+      trim_statement(sql), max_rows + 1);
+}
+
+Result<Run> run_export(Connection& connection, std::string_view sql,
+                       const std::vector<ColumnDescription>& columns,
+                       const std::vector<PgType>& types, const Shapes& shapes, bool sample,
+                       const std::filesystem::path& file, const ExportOptions& options) {
+  Run run;
+  run.summary.max_rows = options.max_rows;
+  std::vector<std::unique_ptr<ColumnBuilder>> builders;
+  for (size_t column_idx = 0; column_idx < columns.size(); ++column_idx) {
+    ASSIGN_OR_RETURN(auto builder, ColumnBuilder::make(columns[column_idx].name, types[column_idx],
+                                                       shapes[column_idx], sample));
+    builders.push_back(std::move(builder));
+  }
+  ASSIGN_OR_RETURN(auto copy, copy_statement(connection, sql, builders, options.max_rows));
+  if (auto started = connection.start_copy_out(copy); !started) {
+    auto error = std::move(started).error();
+    if (error.message.starts_with("syntax error")) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "{}: only a query can be exported (SELECT, WITH ... SELECT, VALUES, "
+                        "TABLE); this statement returns rows but cannot be read as a table",
+                        kTool);
+    }
+    return std::unexpected(database_error(std::move(error), options.statement_timeout, kTool));
+  }
+
+  // The file is opened at the first row group, when every column's type is known.
+  std::optional<ParquetSink> sink;
+  const auto any_misfit = [&] {
+    return std::ranges::any_of(builders, [](const auto& b) { return b->misfit(); });
+  };
+  const auto write_row_group = [&](uint64_t rows) -> Result<void> {
+    for (auto& builder : builders)
+      RETURN_IF_ERROR(with_context(builder->decide(), kTool));
+    if (any_misfit()) return {};
+    if (!sink) {
+      arrow::FieldVector fields;
+      for (const auto& builder : builders)
+        fields.push_back(arrow::field(builder->name(), builder->plan().type.arrow_type));
+      ASSIGN_OR_RETURN(sink, ParquetSink::open(file, arrow::schema(fields), options));
+    }
+    return sink->write_row_group(builders, static_cast<int64_t>(rows));
+  };
+
+  CopyBinaryReader reader(columns.size());
+  uint64_t group_rows = 0;
+  uint64_t group_bytes = 0;
+  bool measuring = false;  // a value misfit: the rest is only measured, for the next run
+  auto on_row = [&](std::span<const CopyField> row) -> Result<void> {
+    if (run.summary.rows == options.max_rows) {
+      run.summary.truncated = true;
+      return {};
+    }
+    for (size_t column_idx = 0; column_idx < row.size(); ++column_idx) {
+      if (auto appended = builders[column_idx]->append(row[column_idx]); !appended) {
+        return std::unexpected(std::move(appended).error().with_context(kTool));
+      }
+      group_bytes += row[column_idx].bytes().size();
+    }
+    ++run.summary.rows;
+    // A column that misfit appends no more; the others learn of it at the row group's end.
+    if (++group_rows >= options.row_group_rows || group_bytes >= options.row_group_bytes) {
+      if (!measuring) {
+        RETURN_IF_ERROR(write_row_group(group_rows));  // nothing, after a misfit
+        measuring = any_misfit();
+        if (measuring) {
+          for (auto& builder : builders)
+            builder->stop_appending();
+        } else if (options.on_progress) {
+          options.on_progress(run.summary.rows);
+        }
+      }
+      group_rows = 0;
+      group_bytes = 0;
+    }
+    return {};
+  };
+  while (true) {
+    auto chunk = connection.next_copy_chunk();
+    if (!chunk) {
+      return std::unexpected(
+          database_error(std::move(chunk).error(), options.statement_timeout, kTool));
+    }
+    if (!*chunk) break;
+    RETURN_IF_ERROR(reader.consume((*chunk)->bytes(), on_row));
+  }
+  RETURN_IF_ERROR(reader.finish());
+  if (!measuring && (group_rows > 0 || !sink)) RETURN_IF_ERROR(write_row_group(group_rows));
+  if (measuring || any_misfit()) {
+    run.misfit = true;
+    for (const auto& builder : builders) {
+      run.misfits.push_back(builder->misfit());
+      run.shapes.push_back(builder->shapes());
+    }
+    return run;
+  }
+  RETURN_IF_ERROR(sink->close());
+  for (size_t column_idx = 0; column_idx < columns.size(); ++column_idx) {
+    const auto& plan = builders[column_idx]->plan();
+    run.summary.columns.push_back({columns[column_idx].name, columns[column_idx].sql_type,
+                                   plan.type.arrow_type->ToString(), plan.note});
+  }
+  return run;
+}
+
 }  // namespace
 
 ExportOptions export_options(const Config& config) {
@@ -107,83 +274,41 @@ Result<ExportSummary> export_parquet(const std::string& conninfo, std::string_vi
                                      const ExportOptions& options) {
   const auto start = Clock::now();
   ASSIGN_OR_RETURN(auto connection, Connection::open(conninfo));
+  // REPEATABLE READ: a second run of the query sees the same rows.
   RETURN_IF_ERROR(begin_read_only(connection, options.statement_timeout));
   ASSIGN_OR_RETURN(auto columns, describe_query(connection, sql, kTool));
   RETURN_IF_ERROR(check_unique_names(columns));
-
-  ExportSummary summary;
-  summary.max_rows = options.max_rows;
-  std::vector<std::unique_ptr<ColumnBuilder>> builders;
-  arrow::FieldVector fields;
-  for (const auto& column : columns) {
-    ASSIGN_OR_RETURN(auto type, with_context(map_column(column), kTool));
-    fields.push_back(arrow::field(column.name, type.arrow_type));
-    summary.columns.push_back({column.name, column.sql_type, type.arrow_type->ToString()});
-    ASSIGN_OR_RETURN(auto builder, ColumnBuilder::make(column.name, std::move(type)));
-    builders.push_back(std::move(builder));
-  }
+  ASSIGN_OR_RETURN(auto types, with_context(resolve_types(connection, columns), kTool));
 
   PartialFile partial{file};
-  ASSIGN_OR_RETURN(auto sink, ParquetSink::open(file, arrow::schema(fields), options));
-
-  // One row past the cap tells whether the result was cut. The newline keeps a trailing
-  // "-- comment" in `sql` from swallowing the closing parenthesis.
-  const std::string copy = fmt::format(
-      "COPY (SELECT * FROM (\n{}\n) AS quarry_export LIMIT {}) TO STDOUT (FORMAT binary)",
-      trim_statement(sql), options.max_rows + 1);
-  if (auto started = connection.start_copy_out(copy); !started) {
-    auto error = std::move(started).error();
-    if (error.message.starts_with("syntax error")) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "{}: only a query can be exported (SELECT, WITH ... SELECT, VALUES, "
-                        "TABLE); this statement returns rows but cannot be read as a table",
-                        kTool);
-    }
-    return std::unexpected(database_error(std::move(error), options.statement_timeout, kTool));
-  }
-
-  CopyBinaryReader reader(columns.size());
-  uint64_t group_rows = 0;
-  uint64_t group_bytes = 0;
-  auto on_row = [&](std::span<const CopyField> row) -> Result<void> {
-    if (summary.rows == options.max_rows) {
-      summary.truncated = true;
-      return {};
-    }
-    for (size_t column_idx = 0; column_idx < row.size(); ++column_idx) {
-      RETURN_IF_ERROR(with_context(builders[column_idx]->append(row[column_idx]), kTool));
-      group_bytes += row[column_idx].bytes().size();
-    }
-    ++summary.rows;
-    if (++group_rows >= options.row_group_rows || group_bytes >= options.row_group_bytes) {
-      RETURN_IF_ERROR(sink.write_row_group(builders, static_cast<int64_t>(group_rows)));
-      group_rows = 0;
-      group_bytes = 0;
+  Shapes shapes(columns.size());
+  for (int run_idx = 1;; ++run_idx) {
+    ASSIGN_OR_RETURN(auto run, run_export(connection, sql, columns, types, shapes,
+                                          /*sample=*/run_idx == 1, file, options));
+    if (!run.misfit) {
+      ExportSummary summary = std::move(run.summary);
+      summary.runs = run_idx;
+      std::error_code error;
+      summary.bytes = std::filesystem::file_size(file, error);
+      summary.elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       if (options.on_progress) options.on_progress(summary.rows);
+      partial.keep = true;
+      return summary;
     }
-    return {};
-  };
-  while (true) {
-    auto chunk = connection.next_copy_chunk();
-    if (!chunk) {
-      return std::unexpected(
-          database_error(std::move(chunk).error(), options.statement_timeout, kTool));
+    if (run_idx == kMaxRuns) {
+      return make_error(ErrorCode::kInternal,
+                        "{}: the query's values needed another type on every run", kTool);
     }
-    if (!*chunk) break;
-    RETURN_IF_ERROR(reader.consume((*chunk)->bytes(), on_row));
+    if (run_idx == kMaxRuns - 1) {
+      // The values changed between runs: the columns that misfit take their widest forms.
+      for (size_t column_idx = 0; column_idx < columns.size(); ++column_idx) {
+        if (!run.misfits[column_idx]) continue;
+        for (auto& shape : run.shapes[column_idx])
+          shape.widest = true;
+      }
+    }
+    shapes = std::move(run.shapes);
   }
-  RETURN_IF_ERROR(reader.finish());
-  if (group_rows > 0 || summary.rows == 0) {
-    RETURN_IF_ERROR(sink.write_row_group(builders, static_cast<int64_t>(group_rows)));
-  }
-  RETURN_IF_ERROR(sink.close());
-  if (options.on_progress) options.on_progress(summary.rows);
-
-  std::error_code error;
-  summary.bytes = std::filesystem::file_size(file, error);
-  summary.elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  partial.keep = true;
-  return summary;
 }
 
 }  // namespace quarry::data

@@ -31,6 +31,7 @@ struct ExportedColumn {
   std::string name;
   std::string sql_type;      // as PostgreSQL names it: "numeric(12,2)"
   std::string parquet_type;  // as Arrow names it: "decimal128(12, 2)"
+  std::string note;          // how the type was mapped, where a reader should know (pg_types.h)
 };
 
 struct ExportSummary {
@@ -40,6 +41,7 @@ struct ExportSummary {
   uint64_t max_rows = 0;
   uint64_t bytes = 0;  // size of the Parquet file
   double elapsed_ms = 0;
+  int runs = 1;  // how often the query ran: again when later values needed wider types
 };
 
 // Runs `sql` read-only on `conninfo` and writes its rows to `file` (replaced if it exists).

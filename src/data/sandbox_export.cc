@@ -108,8 +108,10 @@ Result<SandboxExport> export_to_sandbox(const SandboxExportRequest& request, con
 nlohmann::json to_json(const ExportSummary& summary) {
   nlohmann::json columns = nlohmann::json::array();
   for (const auto& column : summary.columns) {
-    columns.push_back(
-        {{"name", column.name}, {"type", column.sql_type}, {"parquet_type", column.parquet_type}});
+    nlohmann::json entry = {
+        {"name", column.name}, {"type", column.sql_type}, {"parquet_type", column.parquet_type}};
+    if (!column.note.empty()) entry["note"] = column.note;
+    columns.push_back(std::move(entry));
   }
   const std::string message = cut_message(summary);
   return {{"rows", summary.rows},

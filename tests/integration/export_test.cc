@@ -55,10 +55,14 @@ TEST_F(ExportTest, WritesTypedColumnsInRowGroups) {
   ASSERT_EQ(summary->columns.size(), 3u);
   EXPECT_EQ(summary->columns[0].sql_type, "integer");
   EXPECT_EQ(summary->columns[0].parquet_type, "int32");
-  EXPECT_EQ(summary->columns[1].parquet_type, "decimal128(38, 9)");
+  // n * 1.5 is an unconstrained numeric: its values need one decimal.
+  EXPECT_EQ(summary->columns[1].parquet_type, "decimal128(38, 1)");
+  EXPECT_NE(summary->columns[1].note.find("numeric without a precision"), std::string::npos);
+  EXPECT_EQ(summary->columns[0].note, "");
+  EXPECT_EQ(summary->runs, 1);
   auto table = read_back();
   EXPECT_EQ(table->num_rows(), 1000);
-  EXPECT_EQ(table->schema()->ToString(), "n: int32\nhalf: decimal128(38, 9)\nlabel: string");
+  EXPECT_EQ(table->schema()->ToString(), "n: int32\nhalf: decimal128(38, 1)\nlabel: string");
   auto last = table->Slice(999, 1);
   EXPECT_EQ(last->GetColumnByName("label")->chunk(0)->ToString(), "[\n  \"row 1000\"\n]");
   EXPECT_EQ(row_groups_, 1);  // 1000 rows fit one group of 1024
@@ -116,26 +120,88 @@ TEST_F(ExportTest, AnEmptyResultIsAFileWithTheSchema) {
   EXPECT_EQ(table->num_columns(), 24);
 }
 
-TEST_F(ExportTest, RefusesWhatItCannotStoreNamingTheColumn) {
+TEST_F(ExportTest, RefusesTwoColumnsOfOneName) {
+  auto summary = export_parquet(reader(), "SELECT 1 AS a, 2 AS a", file_, options());
+  ASSERT_FALSE(summary);
+  EXPECT_EQ(summary.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(summary.error().message.find("two columns are named 'a'"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(file_)) << "a failed export leaves no file";
+}
+
+// What export_query refused before (issue 17) now crosses, typed where Parquet has a type and
+// as PostgreSQL's text form where not.
+TEST_F(ExportTest, ExportsWhatParquetHasNoTypeFor) {
   struct Case {
     const char* sql;
-    const char* expected;
+    const char* parquet_type;
+    const char* first_value;  // as Arrow prints it
   } cases[] = {
-      {"SELECT interval '1 day' AS gap", "column 'gap' has type interval"},
-      {"SELECT 'NaN'::numeric AS ratio", "column 'ratio' has NaN"},
-      {"SELECT 'infinity'::timestamp AS never", "column 'never' has the timestamp 'infinity'"},
-      {"SELECT ARRAY[[1,2],[3,4]] AS grid", "column 'grid' has a 2-dimensional array"},
-      {"SELECT 1 AS a, 2 AS a", "two columns are named 'a'"},
-      {"SELECT 1e40::numeric AS huge", "column 'huge' has a value with more than 29 digits"},
+      {"SELECT interval '1 day 02:00:00' AS gap", "duration[us]", "93600000000"},
+      {"SELECT 'NaN'::numeric AS ratio", "string", "\"NaN\""},
+      {"SELECT 'infinity'::timestamp AS never", "string", "\"infinity\""},
+      {"SELECT ARRAY[[1,2],[3,4]] AS grid", "list<element: list<element: int32>>",
+       "[\n    [\n      1,"},
+      {"SELECT 1e40::numeric AS huge", "string", "\"10000000000000000000000000000000000000000\""},
+      {"SELECT '10.0.0.1/8'::inet AS host", "string", "\"10.0.0.1/8\""},
+      {"SELECT '[1,5)'::int4range AS span", "string", "\"[1,5)\""},
+      {"SELECT time '24:00:00' AS midnight", "string", "\"24:00:00\""},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.sql);
     auto summary = export_parquet(reader(), c.sql, file_, options());
-    ASSERT_FALSE(summary);
-    EXPECT_EQ(summary.error().code, ErrorCode::kInvalidArgument) << summary.error().message;
-    EXPECT_NE(summary.error().message.find(c.expected), std::string::npos)
-        << summary.error().message;
-    EXPECT_FALSE(std::filesystem::exists(file_)) << "a failed export leaves no file";
+    ASSERT_TRUE(summary) << summary.error().message;
+    ASSERT_EQ(summary->columns.size(), 1u);
+    EXPECT_EQ(summary->columns[0].parquet_type, c.parquet_type);
+    EXPECT_FALSE(summary->columns[0].note.empty());
+    auto table = read_back();
+    EXPECT_EQ(table->column(0)->type()->ToString(), c.parquet_type);
+    EXPECT_NE(table->column(0)->chunk(0)->ToString().find(c.first_value), std::string::npos)
+        << table->column(0)->chunk(0)->ToString();
+  }
+}
+
+// The first row group decides a value-dependent type; a later value that needs a wider one
+// makes the export measure the rest and run the query again (in the same snapshot), so the
+// file holds every value exactly, in one type.
+TEST_F(ExportTest, ALaterValueNeedingAWiderTypeRunsTheQueryAgain) {
+  struct Case {
+    const char* name;
+    const char* sql;
+    const char* parquet_type;
+    int64_t row;           // a row past the first row group
+    const char* expected;  // its value, as Arrow prints it
+  } cases[] = {
+      {"more decimals",
+       "SELECT CASE WHEN n <= 2000 THEN n::numeric ELSE n / 3000.0 END AS x "
+       "FROM generate_series(1, 3000) AS n ORDER BY n",
+       "decimal128(38, 20)", 2999, "1.00000000000000000000"},
+      {"infinity",
+       "SELECT CASE WHEN n <= 2000 THEN timestamptz '2024-01-01' ELSE 'infinity' END AS t "
+       "FROM generate_series(1, 3000) AS n ORDER BY n",
+       "string", 2500, "\"infinity\""},
+      {"months",
+       "SELECT CASE WHEN n <= 2000 THEN interval '1 day' ELSE interval '1 month' END AS i "
+       "FROM generate_series(1, 3000) AS n ORDER BY n",
+       "struct<months: int32, days: int32, microseconds: int64>", 2500,
+       "-- child 0 type: int32\n  [\n    1\n  ]"},
+      {"dimensions",
+       "SELECT CASE WHEN n <= 2000 THEN ARRAY[n] ELSE ARRAY[[n]] END AS a "
+       "FROM generate_series(1, 3000) AS n ORDER BY n",
+       "string", 2500, "\"{{2501}}\""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto summary = export_parquet(reader(), c.sql, file_, options());
+    ASSERT_TRUE(summary) << summary.error().message;
+    EXPECT_EQ(summary->runs, 2);
+    EXPECT_EQ(summary->rows, 3000u);
+    EXPECT_EQ(summary->columns[0].parquet_type, c.parquet_type);
+    auto table = read_back();
+    ASSERT_EQ(table->num_rows(), 3000);
+    EXPECT_EQ(table->column(0)->type()->ToString(), c.parquet_type);
+    auto value = table->Slice(c.row, 1)->column(0)->chunk(0)->ToString();
+    EXPECT_NE(value.find(c.expected), std::string::npos) << value;
+    EXPECT_EQ(row_groups_, 3);  // 1024 rows each: the second run wrote them all
   }
 }
 
