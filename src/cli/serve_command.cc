@@ -17,8 +17,8 @@ struct ServeOptions final : CommandGroup {
 
 std::unique_ptr<CommandGroup> add_serve_command(CLI::App& app, Context& context, int& exit_code) {
   auto options = std::make_unique<ServeOptions>();
-  auto* command = app.add_subcommand(
-      "serve", "run the HTTP API (and, later, the web UI) until SIGTERM or Ctrl-C");
+  auto* command =
+      app.add_subcommand("serve", "run the HTTP API and the web UI until SIGTERM or Ctrl-C");
   command->add_option("--listen", options->listen,
                       "host:port to listen on (default: server.listen, 127.0.0.1:8080)");
   auto* log_level = app.get_option("--log-level");
