@@ -313,7 +313,14 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
       return {};
     };
 
-    if (auto prepared = prepare(); !prepared) {
+    if (stopping_ && method == "GET" && path == "/readyz") {
+      // A probe on a connection kept from before: not ready, in the shape /readyz always has.
+      const nlohmann::json not_ready = {
+          {"status", "unavailable"},
+          {"reason", "the server is shutting down"},
+          {"checks", {{"server", "shutting down: it accepts no new connections or requests"}}}};
+      sent = co_await write_json(stream, 503, not_ready, no_headers, false, timeout, head);
+    } else if (auto prepared = prepare(); !prepared) {
       Headers headers;
       if (prepared.error().status == 401) {
         headers.emplace_back("WWW-Authenticate", "Bearer realm=\"quarry\"");
