@@ -115,7 +115,7 @@ TEST(TurnControl, CancelWhileTheModelIsAskedStopsTheTurnAndKeepsTheConversation)
   // The model's answer never came: the request was closed before it, and the model server saw
   // its client hang up while it made it wait (not a minute later).
   EXPECT_TRUE(of_type(stream.events, "text").empty());
-  std::vector<nlohmann::json> hangups;
+  auto hangups = hangups_of("stalled_answer");
   for (int i = 0; i < 50 && hangups.size() == hung_up; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     hangups = hangups_of("stalled_answer");
