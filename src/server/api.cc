@@ -297,16 +297,36 @@ ApiResult<ApiReply> Api::ready() {
   nlohmann::json checks = nlohmann::json::object();
   std::vector<std::string> problems;
   auto check = [&](std::string_view name, const Result<void>& result) {
-    checks[name] = result ? "ok" : result.error().message;
-    if (!result) problems.push_back(fmt::format("{}: {}", name, result.error().message));
+    if (result) {
+      checks[name] = "ok";
+      return;
+    }
+    // One line, for monitors that show the reason as it is (libpq's have "\n\t" in them).
+    std::string message;
+    for (char c : result.error().message) {
+      if (c == '\n') {
+        message += "; ";
+      } else if (c != '\t' || (!message.empty() && message.back() != ' ')) {
+        message += c == '\t' ? ' ' : c;
+      }
+    }
+    checks[name] = message;
+    problems.push_back(fmt::format("{}: {}", name, message));
   };
   check("database", [&]() -> Result<void> {
     ASSIGN_OR_RETURN(auto target,
                      data::resolve_database(services_.config.database, services_.state_dir));
-    ASSIGN_OR_RETURN(auto connection,
-                     data::Connection::open(target.reader, std::chrono::seconds(3)));
-    RETURN_IF_ERROR(connection.exec("SELECT 1"));
-    return {};
+    auto reached = [&]() -> Result<void> {
+      ASSIGN_OR_RETURN(auto connection,
+                       data::Connection::open(target.reader, std::chrono::seconds(3)));
+      RETURN_IF_ERROR(connection.exec("SELECT 1"));
+      return {};
+    }();
+    if (!reached && target.external) {
+      // Which setting names that server.
+      return make_error(reached.error().code, "{} (check database.url)", reached.error().message);
+    }
+    return reached;
   }());
   check("history", [&]() -> Result<void> {
     conversation::ConversationQuery one;

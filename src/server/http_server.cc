@@ -3,6 +3,8 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <variant>
 
@@ -12,21 +14,6 @@ namespace quarry::server {
 namespace {
 
 using Request = http::request<http::string_body>;
-
-// The parameters of a query for the access log: names, with the values of those that might
-// carry a secret replaced.
-std::string loggable_query(const std::map<std::string, std::string, std::less<>>& query) {
-  std::string text;
-  for (const auto& [name, value] : query) {
-    if (!text.empty()) text += '&';
-    const bool secret =
-        name.find("token") != std::string::npos || name.find("key") != std::string::npos ||
-        name.find("secret") != std::string::npos || name.find("password") != std::string::npos ||
-        name.find("session") != std::string::npos;
-    text += fmt::format("{}={}", name, secret ? "[redacted]" : value);
-  }
-  return text;
-}
 
 void common_headers(http::header<false>& header) {
   header.set(http::field::server, "quarry");
@@ -98,7 +85,32 @@ net::awaitable<void> linger(beast::tcp_stream& stream) {
   }
 }
 
+// The query parameters the API's routes take (the lists given to check_query in api.cc); none of
+// them carries a secret.
+constexpr std::array<std::string_view, 8> kLoggedParameters = {
+    "after", "conversation", "cursor", "download", "limit", "offset", "order", "sort"};
+
 }  // namespace
+
+// Only the values of the API's own parameters are written: a secret pasted into a query string
+// can come under any name (?token=, ?Access_Token=, ?apikey=, ?sig=), and a route answers an
+// unknown parameter with 400 only after the request is logged.
+std::string loggable_query(const std::map<std::string, std::string, std::less<>>& query) {
+  auto plain_word = [](std::string_view name) {
+    return !name.empty() && name.size() <= 32 && std::all_of(name.begin(), name.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '-';
+    });
+  };
+  std::string text;
+  for (const auto& [name, value] : query) {
+    if (!text.empty()) text += '&';
+    const bool known = std::find(kLoggedParameters.begin(), kLoggedParameters.end(), name) !=
+                       kLoggedParameters.end();
+    text +=
+        fmt::format("{}={}", plain_word(name) ? name : "[redacted]", known ? value : "[redacted]");
+  }
+  return text;
+}
 
 Result<tcp::endpoint> parse_listen_address(std::string_view text) {
   auto colon = text.rfind(':');
@@ -301,7 +313,14 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
       return {};
     };
 
-    if (auto prepared = prepare(); !prepared) {
+    if (stopping_ && method == "GET" && path == "/readyz") {
+      // A probe on a connection kept from before: not ready, in the shape /readyz always has.
+      const nlohmann::json not_ready = {
+          {"status", "unavailable"},
+          {"reason", "the server is shutting down"},
+          {"checks", {{"server", "shutting down: it accepts no new connections or requests"}}}};
+      sent = co_await write_json(stream, 503, not_ready, no_headers, false, timeout, head);
+    } else if (auto prepared = prepare(); !prepared) {
       Headers headers;
       if (prepared.error().status == 401) {
         headers.emplace_back("WWW-Authenticate", "Bearer realm=\"quarry\"");

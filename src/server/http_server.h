@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "server/api.h"
 #include "server/asio.h"
@@ -74,6 +76,11 @@ class HttpServer {
   std::atomic<bool> stopping_{false};
   std::shared_ptr<spdlog::logger> access_log_;
 };
+
+// The parameters of a query as the access log shows them ("limit=1&token=[redacted]"): the
+// values of the API's own parameters; any other value redacted, and any name that is not a
+// plain word (a secret pasted as a name, ?qry_...).
+std::string loggable_query(const std::map<std::string, std::string, std::less<>>& query);
 
 // "host:port" (IPv6 in brackets) into an endpoint; the host must be an address.
 Result<tcp::endpoint> parse_listen_address(std::string_view text);

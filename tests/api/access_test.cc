@@ -4,7 +4,13 @@
 // only on loopback.
 #include <gtest/gtest.h>
 
+#include <sstream>
+#include <thread>
+
 #include "api_environment.h"
+#include "common/file_util.h"
+#include "common/sha256.h"
+#include "conversation/history_json.h"
 
 namespace quarry::testing {
 namespace {
@@ -104,13 +110,166 @@ TEST(Access, WithoutAValidTokenOnlyThePublicRoutesAnswer) {
   ApiClient alice(server.url());
   alice.use_token(server.token("alice"));
   EXPECT_EQ(alice.get("/api/v1/conversations").status, 200);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
 
-  // No token ever reaches the log.
+// The access log's lines (one JSON object a request) among the server's other messages.
+std::vector<nlohmann::json> access_lines(const QuarryServer& server) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream log(server.log());
+  for (std::string line; std::getline(log, line);) {
+    auto parsed = nlohmann::json::parse(line, nullptr, false);
+    if (parsed.is_object() && parsed.contains("method") && parsed.contains("status")) {
+      lines.push_back(std::move(parsed));
+    }
+  }
+  return lines;
+}
+
+TEST(Access, TheAccessLogSaysWhatWasAskedAndByWhomButNeverASecret) {
+  QuarryServer server({.tokens = true});
+  ASSERT_TRUE(server.started());
+  const std::string token = server.token("alice");
+  const std::string alice = server.user("alice");
+  ApiClient scripts(server.url());
+  scripts.use_token(token);
+  const size_t before = access_lines(server).size();
+
+  // A script with its Bearer token.
+  auto listed = scripts.get("/api/v1/conversations?limit=1");
+  ASSERT_EQ(listed.status, 200);
+  // The token pasted into a query string, under the names such secrets go by, and as a name.
+  const std::string pasted = fmt::format(
+      "/api/v1/conversations?limit=2&token={0}&access_token={0}&Access_Token={0}&apikey={0}"
+      "&sig={0}&{0}",
+      token);
+  auto refused = scripts.get(pasted);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.json["error"]["code"], "unknown_parameter");
+  // A browser: signs in with the token, then reads and changes with its session cookie.
+  ApiClient browser(server.url());
+  auto signed_in = browser.post("/api/v1/session", {{"token", token}});
+  ASSERT_EQ(signed_in.status, 201);
+  const std::string cookie =
+      signed_in.header("Set-Cookie").substr(0, signed_in.header("Set-Cookie").find(';'));
+  const std::string session = cookie.substr(cookie.find('=') + 1);
+  const std::string csrf = signed_in.json["csrf_token"];
+  ASSERT_GE(session.size(), 32u);
+  browser.use_cookie(cookie, csrf);
+  EXPECT_EQ(browser.post("/api/v1/conversations", {{"title", "from the page"}}).status, 201);
+  EXPECT_EQ(browser.get(fmt::format("/api/v1/conversations?session={}", session)).status, 400);
+  // Someone with a wrong token.
+  ApiClient stranger(server.url());
+  stranger.use_token("qry_wrongwrongwrong");
+  EXPECT_EQ(stranger.get("/api/v1/conversations").status, 401);
+
+  // Each request is a line: when, what, how it ended, how much, how long, and who.
+  std::vector<nlohmann::json> lines;
+  for (int i = 0; i < 50 && lines.size() < before + 6; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    lines = access_lines(server);
+  }
+  ASSERT_EQ(lines.size(), before + 6) << server.log();
+  lines.erase(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(before));
+  for (const auto& line : lines) {
+    SCOPED_TRACE(line.dump());
+    for (const char* field : {"time", "method", "path", "status", "bytes", "duration_ms", "user"}) {
+      EXPECT_TRUE(line.contains(field)) << field;
+    }
+    EXPECT_TRUE(line["time"].is_string() && line["time"].get<std::string>().ends_with("Z"));
+    EXPECT_TRUE(line["bytes"].is_number_unsigned() && line["bytes"].get<uint64_t>() > 0);
+    EXPECT_TRUE(line["duration_ms"].is_number() && line["duration_ms"].get<double>() >= 0 &&
+                line["duration_ms"].get<double>() < 10000);
+    EXPECT_EQ(line["path"].get<std::string>().find('?'), std::string::npos);
+  }
+  EXPECT_EQ(lines[0]["method"], "GET");
+  EXPECT_EQ(lines[0]["path"], "/api/v1/conversations");
+  EXPECT_EQ(lines[0]["status"], 200);
+  EXPECT_EQ(lines[0]["user"], alice);
+  EXPECT_EQ(lines[0]["query"], "limit=1");
+  // The whole answer, its headers with it.
+  EXPECT_GT(lines[0]["bytes"].get<uint64_t>(), listed.body.size());
+  EXPECT_LT(lines[0]["bytes"].get<uint64_t>(), listed.body.size() + 1024);
+  // The names of what was pasted, never its values (nor a name that is a secret).
+  EXPECT_EQ(lines[1]["status"], 400);
+  EXPECT_EQ(lines[1]["query"],
+            "Access_Token=[redacted]&access_token=[redacted]&apikey=[redacted]&limit=2&"
+            "[redacted]=[redacted]&sig=[redacted]&token=[redacted]");
+  EXPECT_EQ(lines[2]["method"], "POST");
+  EXPECT_EQ(lines[2]["path"], "/api/v1/session");
+  EXPECT_EQ(lines[2]["status"], 201);
+  EXPECT_EQ(lines[3]["user"], alice);  // known by the cookie
+  EXPECT_EQ(lines[3]["status"], 201);
+  EXPECT_EQ(lines[4]["query"], "session=[redacted]");
+  EXPECT_EQ(lines[5]["status"], 401);
+  EXPECT_EQ(lines[5]["user"], "-");
+
+  // Nowhere in what the server wrote: the token, the session, its CSRF token, the wrong token.
   const std::string log = server.log();
-  EXPECT_EQ(log.find(server.token("alice")), std::string::npos);
-  EXPECT_EQ(log.find(server.token("bob")), std::string::npos);
-  EXPECT_EQ(log.find("qry_not_a_token"), std::string::npos);
-  EXPECT_NE(log.find("\"status\":401"), std::string::npos);
+  for (const std::string& secret :
+       {token, token.substr(4), session, csrf, std::string("wrongwrongwrong")}) {
+    EXPECT_EQ(log.find(secret), std::string::npos) << secret << " is in the log:\n" << log;
+  }
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+TEST(Access, TokenCommandsNameTheUsersButNeverShowATokenOrItsHash) {
+  QuarryServer server({.tokens = true});  // alice and bob made with `quarry token create`
+  ASSERT_TRUE(server.started());
+  auto file = read_file(server.tokens_file());
+  ASSERT_TRUE(file);
+  std::vector<std::string> secrets = {server.token("alice"), server.token("bob")};
+  for (const auto& entry : nlohmann::json::parse(*file)["tokens"])
+    secrets.push_back(entry["sha256"]);
+  // The file keeps hashes only.
+  EXPECT_EQ(file->find(server.token("alice")), std::string::npos);
+  EXPECT_NE(file->find(sha256_hex(server.token("alice"))), std::string::npos);
+  auto no_secret = [&](const std::string& output) {
+    for (const auto& secret : secrets)
+      EXPECT_EQ(output.find(secret), std::string::npos) << output;
+  };
+
+  std::string output;
+  ASSERT_EQ(server.quarry({"token", "ls"}, &output), 0) << output;
+  std::istringstream table(output);
+  std::string header, first, second;
+  std::getline(table, header);
+  std::getline(table, first);
+  std::getline(table, second);
+  EXPECT_TRUE(header.starts_with("NAME") && header.find("CREATED") != std::string::npos) << output;
+  EXPECT_TRUE(first.starts_with(server.user("alice") + " ")) << output;
+  EXPECT_TRUE(second.starts_with(server.user("bob") + " ")) << output;
+  const std::string year = conversation::format_time(std::chrono::system_clock::now()).substr(0, 4);
+  EXPECT_NE(first.find(" " + year + "-"), std::string::npos) << "no creation time: " << first;
+  no_secret(output);
+
+  ASSERT_EQ(server.quarry({"token", "ls", "--json"}, &output), 0) << output;
+  auto listed = nlohmann::json::parse(output.substr(output.find('[')), nullptr, false);
+  ASSERT_TRUE(listed.is_array()) << output;
+  ASSERT_EQ(listed.size(), 2u);
+  for (const auto& entry : listed) {
+    EXPECT_EQ(entry.size(), 2u) << entry.dump();  // name and created_at, nothing else
+    EXPECT_TRUE(entry["created_at"].get<std::string>().starts_with(year)) << entry.dump();
+  }
+  EXPECT_EQ(listed[0]["name"], server.user("alice"));
+  no_secret(output);
+
+  // Mistakes get errors that say what to do, and change nothing.
+  EXPECT_NE(server.quarry({"token", "create", server.user("alice")}, &output), 0);
+  EXPECT_NE(output.find(fmt::format("there is a token named '{}' already", server.user("alice"))),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("quarry token rm"), std::string::npos) << output;
+  EXPECT_EQ(output.find("qry_"), std::string::npos) << "a token was made: " << output;
+  EXPECT_NE(server.quarry({"token", "rm", "nobody-at-all"}, &output), 0);
+  EXPECT_NE(output.find("there is no token named 'nobody-at-all'"), std::string::npos) << output;
+  EXPECT_NE(output.find("quarry token ls"), std::string::npos) << output;
+  EXPECT_NE(server.quarry({"token", "create", "../evil"}, &output), 0);
+  EXPECT_NE(output.find("'../evil' is not a token name"), std::string::npos) << output;
+  EXPECT_EQ(read_file(server.tokens_file()).value_or(""), *file);
+  ApiClient alice(server.url());
+  alice.use_token(server.token("alice"));
+  EXPECT_EQ(alice.get("/api/v1/session").status, 200);
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 

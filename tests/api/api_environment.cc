@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <fstream>
 #include <mutex>
 
@@ -20,6 +23,11 @@
 
 namespace quarry::testing {
 namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
 
 // The running test's name, usable in a file name (a parameterized test's has slashes).
 std::string test_name() {
@@ -78,9 +86,21 @@ void ApiEnvironment::start() {
 std::vector<nlohmann::json> ApiEnvironment::requests_to_model() const {
   std::vector<nlohmann::json> requests;
   std::ifstream in(model_requests_);
-  for (std::string line; std::getline(in, line);)
-    requests.push_back(nlohmann::json::parse(line));
+  for (std::string line; std::getline(in, line);) {
+    auto parsed = nlohmann::json::parse(line);
+    if (!parsed.contains("hangup")) requests.push_back(std::move(parsed));
+  }
   return requests;
+}
+
+std::vector<nlohmann::json> ApiEnvironment::model_hangups() const {
+  std::vector<nlohmann::json> hangups;
+  std::ifstream in(model_requests_);
+  for (std::string line; std::getline(in, line);) {
+    auto parsed = nlohmann::json::parse(line);
+    if (parsed.contains("hangup")) hangups.push_back(std::move(parsed["hangup"]));
+  }
+  return hangups;
 }
 
 void ApiEnvironment::load_demo_data() {
@@ -99,6 +119,8 @@ QuarryServer::QuarryServer(ServerOptions options) {
   config_ = dir_ / "config.yml";
   tokens_file_ = dir_ / "tokens.json";
   log_ = results_dir() / fmt::format("{}-{}.log", test_name(), counter);
+  // The server appends to it: an earlier run's lines must not answer this run's questions.
+  std::filesystem::remove(log_);
   const std::string model =
       !options.model_config.empty()
           ? options.model_config
@@ -109,6 +131,7 @@ QuarryServer::QuarryServer(ServerOptions options) {
   std::ofstream(config_) << fmt::format(
       "sandbox:\n"
       "  export_max_rows: 50000000\n"
+      "{}"
       "database:\n"
       "  url: \"{}\"\n"
       "conversations:\n"
@@ -119,8 +142,10 @@ QuarryServer::QuarryServer(ServerOptions options) {
       "  tokens_file: {}\n"
       "{}"
       "{}",
-      PostgresEnvironment::get().server().reader_conninfo, model, tokens_file_.string(),
-      options.server_config,
+      options.sandbox_config,
+      options.database_url.empty() ? PostgresEnvironment::get().server().reader_conninfo
+                                   : options.database_url,
+      model, tokens_file_.string(), options.server_config,
       options.capacity_config.empty() ? "" : "capacity:\n" + options.capacity_config);
   user_suffix_ = fmt::format("-{}", counter);
   if (options.tokens) {
@@ -162,6 +187,17 @@ std::string QuarryServer::user(const std::string& user) const {
 int QuarryServer::stop(int signal) {
   if (!process_ || !process_->started()) return -1;
   const int status = process_->stop(signal);
+  reap_orphaned_inits();
+  return status;
+}
+
+void QuarryServer::signal(int signal) const {
+  if (process_ && process_->started()) ::kill(process_->pid(), signal);
+}
+
+int QuarryServer::wait() {
+  if (!process_ || !process_->started()) return -1;
+  const int status = process_->wait();
   reap_orphaned_inits();
   return status;
 }
@@ -209,8 +245,10 @@ HttpRequest ApiClient::request(const std::string& method, const std::string& pat
   return request;
 }
 
-void ApiClient::record(const HttpRequest& request, const ApiResponse& response) const {
-  // Every exchange, for tests/api/check_openapi.py to hold against the OpenAPI document.
+namespace {
+
+// Every exchange, for tests/api/check_openapi.py to hold against the OpenAPI document.
+void record(const HttpRequest& request, const ApiResponse& response) {
   static std::mutex mutex;
   nlohmann::json line = {{"test", test_name()},
                          {"method", request.method},
@@ -232,6 +270,8 @@ void ApiClient::record(const HttpRequest& request, const ApiResponse& response) 
   std::ofstream(results_dir() / "exchanges.jsonl", std::ios::app)
       << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
+
+}  // namespace
 
 ApiResponse ApiClient::send(const std::string& method, const std::string& path,
                             const std::string& body, std::vector<HttpHeader> headers) {
@@ -270,7 +310,7 @@ ApiResponse ApiClient::stream(const std::string& method, const std::string& path
                               const std::string& body,
                               const std::function<bool(const StreamEvent&)>& on_event,
                               std::vector<HttpHeader> headers, std::chrono::seconds timeout,
-                              int cancel_fd) {
+                              int cancel_fd, const std::function<void()>& on_open) {
   HttpClientOptions options;
   options.timeout = timeout;
   auto client = HttpClient::create(options);
@@ -280,11 +320,14 @@ ApiResponse ApiClient::stream(const std::string& method, const std::string& path
   ApiResponse response;
   agent::SseParser parser;
   bool dropped = false;
+  bool opened = false;
   auto sent = client->send(
       http,
       [&](const HttpResponse& head, std::string_view piece) -> Result<void> {
         response.status = head.status;
         response.headers = head.headers;
+        if (!opened && on_open) on_open();
+        opened = true;
         if (!std::string_view(head.header("Content-Type")).starts_with("text/event-stream")) {
           response.body.append(piece);
           return {};
@@ -344,7 +387,12 @@ BackgroundStream::BackgroundStream(ApiClient client, std::string method, std::st
           changed_.notify_all();
           return true;
         },
-        headers, std::chrono::seconds(300), cancel_fd_);
+        headers, std::chrono::seconds(300), cancel_fd_,
+        [this] {
+          std::lock_guard lock(mutex_);
+          open_ = true;
+          changed_.notify_all();
+        });
     std::lock_guard lock(mutex_);
     response_ = std::move(response);
     ended_ = true;
@@ -379,6 +427,12 @@ std::optional<StreamEvent> BackgroundStream::wait_for_type(std::string_view type
   return wait_for([type](const StreamEvent& event) { return event.type == type; }, timeout);
 }
 
+bool BackgroundStream::wait_open(std::chrono::seconds timeout) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return open_ || ended_; });
+  return open_;
+}
+
 void BackgroundStream::drop() {
   const uint64_t one = 1;
   (void)!::write(cancel_fd_, &one, sizeof one);
@@ -388,6 +442,68 @@ ApiResponse BackgroundStream::finish() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard lock(mutex_);
   return response_;
+}
+
+struct KeptConnection::State {
+  net::io_context io;
+  beast::tcp_stream stream{io};
+  beast::flat_buffer buffer;
+};
+
+KeptConnection::KeptConnection(ApiClient client)
+    : client_(std::move(client)), state_(std::make_unique<State>()) {
+  auto url = parse_url(client_.base_url_);
+  EXPECT_TRUE(url);
+  if (!url) return;
+  boost::system::error_code error;
+  state_->stream.expires_after(std::chrono::seconds(10));
+  state_->stream.connect(
+      tcp::endpoint(net::ip::make_address(url->host, error), static_cast<uint16_t>(url->port)),
+      error);
+  EXPECT_FALSE(error) << "connecting to " << client_.base_url_ << ": " << error.message();
+}
+
+KeptConnection::~KeptConnection() {
+  boost::system::error_code ignored;
+  state_->stream.socket().close(ignored);
+}
+
+ApiResponse KeptConnection::send(const std::string& method, const std::string& path,
+                                 const std::string& body, std::vector<HttpHeader> headers) {
+  if (!body.empty()) headers.push_back({"Content-Type", "application/json"});
+  const HttpRequest request = client_.request(method, path, body, std::move(headers));
+  http::request<http::string_body> out{http::string_to_verb(method), request.target, 11};
+  out.set(http::field::host, fmt::format("{}:{}", request.url.host, request.url.port));
+  out.keep_alive(true);
+  for (const auto& header : request.headers)
+    out.set(header.name, header.value);
+  out.body() = body;
+  out.prepare_payload();
+  ApiResponse response;
+  boost::system::error_code error;
+  state_->stream.expires_after(std::chrono::seconds(60));
+  http::write(state_->stream, out, error);
+  http::response<http::string_body> in;
+  if (!error) http::read(state_->stream, state_->buffer, in, error);
+  if (error) {
+    ADD_FAILURE() << method << " " << path << " on a kept connection: " << error.message();
+    return response;
+  }
+  response.status = static_cast<int>(in.result_int());
+  for (const auto& field : in)
+    response.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+  response.body = in.body();
+  response.json = nlohmann::json::parse(response.body, nullptr, false);
+  record(request, response);
+  return response;
+}
+
+bool KeptConnection::closed_by_server() {
+  boost::system::error_code error;
+  char byte;
+  state_->stream.expires_after(std::chrono::seconds(1));
+  state_->stream.read_some(net::buffer(&byte, 1), error);
+  return error == net::error::eof || error == net::error::connection_reset;
 }
 
 std::vector<StreamEvent> of_type(const std::vector<StreamEvent>& events, std::string_view type) {

@@ -36,6 +36,9 @@ class ApiEnvironment : public ::testing::Environment {
   const std::filesystem::path& model_requests() const { return model_requests_; }
   // The requests the model received, in order (one JSON object each: method, target, body).
   std::vector<nlohmann::json> requests_to_model() const;
+  // The requests whose client closed the connection while the scripted model made it wait, in
+  // order (each: model, step, during, waited_ms).
+  std::vector<nlohmann::json> model_hangups() const;
   // The demo data at full size (20 million events), loaded once per test binary.
   void load_demo_data();
 
@@ -55,6 +58,8 @@ struct ServerOptions {
   bool tokens = false;                  // a tokens file with users alice and bob
   std::string listen = "127.0.0.1:0";
   std::string server_config{};    // YAML lines under "server:", each indented two spaces
+  std::string sandbox_config{};   // YAML lines under "sandbox:", each indented two spaces
+  std::string database_url{};     // database.url; empty: the test binary's PostgreSQL
   std::string model_config{};     // instead of the scripted model: YAML lines under "model:"
   std::string capacity_config{};  // YAML lines under "capacity:", each indented two spaces
   bool expect_start = true;       // false: the server is to refuse to start
@@ -80,6 +85,9 @@ class QuarryServer {
   const std::filesystem::path& config() const { return config_; }
   // Sends `signal` and returns the wait status.
   int stop(int signal);
+  // Sends `signal` and returns at once; wait() then waits for the exit and returns its status.
+  void signal(int signal) const;
+  int wait();
   // What the server wrote on stderr so far.
   std::string log() const;
 
@@ -139,11 +147,13 @@ class ApiClient {
 
   // A request whose answer is a stream: each event goes to `on_event` as it arrives; returning
   // false drops the connection there. The events are in the response too.
-  // `cancel_fd` readable drops it too, even while nothing arrives.
+  // `cancel_fd` readable drops it too, even while nothing arrives. `on_open` is called once,
+  // when the first piece of the body arrives (for a stream: the server is sending it).
   ApiResponse stream(const std::string& method, const std::string& path, const std::string& body,
                      const std::function<bool(const StreamEvent&)>& on_event = {},
                      std::vector<HttpHeader> headers = {},
-                     std::chrono::seconds timeout = std::chrono::seconds(300), int cancel_fd = -1);
+                     std::chrono::seconds timeout = std::chrono::seconds(300), int cancel_fd = -1,
+                     const std::function<void()>& on_open = {});
 
   // POST {"content": question} to a conversation: the turn's whole stream.
   ApiResponse ask(const std::string& conversation, const std::string& question);
@@ -154,9 +164,9 @@ class ApiClient {
   std::string create_conversation(const std::string& title = "");
 
  private:
+  friend class KeptConnection;
   HttpRequest request(const std::string& method, const std::string& path, const std::string& body,
                       std::vector<HttpHeader> headers) const;
-  void record(const HttpRequest& request, const ApiResponse& response) const;
 
   std::string base_url_;
   std::string token_, cookie_, csrf_;
@@ -175,6 +185,8 @@ class BackgroundStream {
                                       std::chrono::seconds timeout = std::chrono::seconds(60));
   std::optional<StreamEvent> wait_for_type(std::string_view type,
                                            std::chrono::seconds timeout = std::chrono::seconds(60));
+  // Whether the server began sending the stream within `timeout`.
+  bool wait_open(std::chrono::seconds timeout = std::chrono::seconds(60));
   // Drops the connection now.
   void drop();
   // Waits for the stream to end and returns it.
@@ -186,9 +198,33 @@ class BackgroundStream {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<StreamEvent> events_;
+  bool open_ = false;
   bool ended_ = false;
   ApiResponse response_;
   std::thread thread_;
+};
+
+// One connection kept open across requests (HTTP/1.1 keep-alive), as browsers and proxies keep
+// them: for what a server does with a connection it accepted before something changed. Records
+// its exchanges as ApiClient does.
+class KeptConnection {
+ public:
+  // Connects to the server now; fails the test if it cannot.
+  explicit KeptConnection(ApiClient client);
+  ~KeptConnection();
+  KeptConnection(const KeptConnection&) = delete;
+  KeptConnection& operator=(const KeptConnection&) = delete;
+
+  // Sends a request on this connection and reads the whole answer (not a stream).
+  ApiResponse send(const std::string& method, const std::string& path, const std::string& body = "",
+                   std::vector<HttpHeader> headers = {});
+  // Whether the server closed the connection (read: end of stream) within a second.
+  bool closed_by_server();
+
+ private:
+  struct State;
+  ApiClient client_;
+  std::unique_ptr<State> state_;
 };
 
 // The events of a given type.

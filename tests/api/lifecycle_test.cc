@@ -1,5 +1,6 @@
-// The server's life: a SIGTERM lets running turns finish within the grace, cancels the rest
-// (recorded), destroys this run's sandboxes and exits 0; a SIGKILL in the middle of a command
+// The server's life: a SIGTERM or SIGINT lets running turns finish within the grace, takes no
+// new request meanwhile, cancels the rest (recorded), destroys this run's sandboxes and exits 0;
+// an idle sandbox is deleted by the server on its own; a SIGKILL in the middle of a command
 // leaves nothing that outlives the turn, and after a restart the conversation goes on with a
 // history a real model accepts. The same for `quarry ask` killed under its command.
 #include <gtest/gtest.h>
@@ -11,6 +12,8 @@
 #include "api_environment.h"
 #include "child_process.h"
 #include "common/file_util.h"
+#include "common/http_client.h"
+#include "common/url.h"
 #include "conversation/conversation_manager.h"
 #include "sandbox_environment.h"
 
@@ -36,7 +39,10 @@ std::vector<nlohmann::json> last_request_to_model() {
                           : requests.back()["body"]["messages"].get<std::vector<nlohmann::json>>();
 }
 
-TEST(Lifecycle, SigtermLetsARunningTurnFinishThenDestroysTheSandboxes) {
+// SIGTERM (a service manager) and SIGINT (Ctrl-C) stop the server the same way.
+class ShutdownSignal : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShutdownSignal, LetsARunningTurnFinishThenDestroysTheSandboxes) {
   QuarryServer server({.scenario = "slow_answer"});
   ASSERT_TRUE(server.started());
   ApiClient api(server.url());
@@ -49,14 +55,138 @@ TEST(Lifecycle, SigtermLetsARunningTurnFinishThenDestroysTheSandboxes) {
                         R"({"content": "Answer slowly"})");
   ASSERT_TRUE(turn.wait_for_type("turn_started"));
 
-  const int status = server.stop(SIGTERM);  // returns once the server exited
+  const int status = server.stop(GetParam());  // returns once the server exited
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server.log();
   auto stream = turn.finish();
   ASSERT_FALSE(stream.events.empty());
   EXPECT_EQ(stream.events.back().data["status"], "completed");
   EXPECT_EQ(stream.events.back().data["answer"], "Here is the answer, after some thought.");
   EXPECT_TRUE(api_sandboxes().empty());
-  EXPECT_NE(server.log().find("destroyed 1 sandbox"), std::string::npos) << server.log();
+  const std::string log = server.log();
+  EXPECT_NE(
+      log.find(fmt::format("{}: shutting down", GetParam() == SIGTERM ? "SIGTERM" : "SIGINT")),
+      std::string::npos)
+      << log;
+  EXPECT_NE(log.find("destroyed 1 sandbox"), std::string::npos) << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(Lifecycle, ShutdownSignal, ::testing::Values(SIGTERM, SIGINT),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == SIGTERM ? std::string("Sigterm")
+                                                        : std::string("Sigint");
+                         });
+
+TEST(Lifecycle, WhileShuttingDownNoNewRequestIsTaken) {
+  QuarryServer server({.scenario = "slow_answer"});
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const auto id = api.create_conversation();
+  const auto other = api.create_conversation();
+  // Connections a client (a browser, a proxy, a load balancer) opened before, and keeps.
+  KeptConnection kept(api), probe(api);
+  ASSERT_EQ(kept.send("GET", "/healthz").status, 200);
+  ASSERT_EQ(probe.send("GET", "/readyz").status, 200);
+  BackgroundStream turn(api, "POST", fmt::format("/api/v1/conversations/{}/messages", id),
+                        R"({"content": "Answer slowly"})");
+  ASSERT_TRUE(turn.wait_for_type("turn_started"));
+
+  server.signal(SIGTERM);
+  for (int i = 0; i < 100 && server.log().find("SIGTERM: shutting down") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(server.log().find("SIGTERM: shutting down"), std::string::npos) << server.log();
+
+  // A request on a connection from before is answered 503, saying why, and the connection is
+  // closed; a load balancer's readiness probe learns it is not ready.
+  auto refused = kept.send("POST", fmt::format("/api/v1/conversations/{}/messages", other),
+                           R"({"content": "one more?"})");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.json["error"]["code"], "shutting_down");
+  EXPECT_NE(refused.json["error"]["message"].get<std::string>().find("shutting down"),
+            std::string::npos)
+      << refused.body;
+  EXPECT_EQ(refused.header("Connection"), "close");
+  EXPECT_TRUE(kept.closed_by_server());
+  auto ready = probe.send("GET", "/readyz");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.json["status"], "unavailable");
+  EXPECT_NE(ready.json.value("reason", "").find("shutting down"), std::string::npos) << ready.body;
+  // A new connection is refused: the server no longer listens.
+  auto client = HttpClient::create({});
+  ASSERT_TRUE(client);
+  HttpRequest fresh;
+  fresh.url = *parse_url(server.url());
+  fresh.target = "/healthz";
+  auto sent = client->send(fresh);
+  ASSERT_FALSE(sent) << "answered " << sent->status;
+  EXPECT_EQ(sent.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(sent.error().message.find("refused"), std::string::npos) << sent.error().message;
+
+  // The turn that ran finishes within the grace; the refused one never began.
+  auto stream = turn.finish();
+  ASSERT_FALSE(stream.events.empty());
+  EXPECT_EQ(stream.events.back().data["status"], "completed");
+  const int status = server.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server.log();
+  QuarryServer restarted;
+  ASSERT_TRUE(restarted.started());
+  ApiClient again(restarted.url());
+  EXPECT_TRUE(again.get("/api/v1/conversations/" + other).json["turns"].empty());
+  EXPECT_EQ(restarted.stop(SIGTERM), 0);
+}
+
+TEST(Lifecycle, TheServerDeletesAnIdleSandboxOnItsOwnAndTheNextTurnGetsANewOne) {
+  // The reaper looks every quarter of the idle timeout (at least every second).
+  QuarryServer server({.sandbox_config = "  idle_timeout: 2s\n"});
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const auto id = api.create_conversation();
+  auto first = api.cell(id, "python", "print('made a sandbox')");
+  ASSERT_EQ(first.events.back().data["status"], "completed");
+  const auto idle_since = std::chrono::steady_clock::now();
+  std::string sandbox_id;
+  for (const auto& event : of_type(first.events, "sandbox")) {
+    if (event.data["kind"] == "sandbox_ready") sandbox_id = event.data["sandbox_id"];
+  }
+  ASSERT_FALSE(sandbox_id.empty());
+
+  nlohmann::json document;
+  for (int i = 0; i < 100; ++i) {
+    document = api.get("/api/v1/conversations/" + id).json;
+    if (document["sandbox"]["state"] == "deleted") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const auto idle_for = std::chrono::steady_clock::now() - idle_since;
+  ASSERT_EQ(document["sandbox"]["state"], "deleted") << document["sandbox"].dump();
+  // Not before its time (which began a moment before this client heard the cell end), and not
+  // long after it.
+  EXPECT_GE(idle_for, std::chrono::milliseconds(1900));
+  EXPECT_LT(idle_for, std::chrono::seconds(6));
+  auto alive = SandboxEnvironment::get().provider().is_alive(sandbox_id);
+  EXPECT_TRUE(!alive || !*alive) << "the sandbox still runs";
+  bool recorded = false;
+  for (const auto& event : document["events"]) {
+    recorded = recorded || (event["kind"] == "sandbox_deleted" && event["reason"] == "idle" &&
+                            event["sandbox_id"] == sandbox_id);
+  }
+  EXPECT_TRUE(recorded) << document["events"].dump();
+  EXPECT_NE(server.log().find("idle sandbox"), std::string::npos) << server.log();
+
+  // The conversation goes on in a new sandbox.
+  auto next = api.cell(id, "python", "print('again')");
+  ASSERT_EQ(next.events.back().data["status"], "completed");
+  std::string printed;
+  for (const auto& event : of_type(next.events, "output"))
+    printed += event.data["text"].get<std::string>();
+  EXPECT_EQ(printed, "again\n");
+  std::string new_id;
+  for (const auto& event : of_type(next.events, "sandbox")) {
+    if (event.data["kind"] == "sandbox_ready") new_id = event.data["sandbox_id"];
+  }
+  EXPECT_FALSE(new_id.empty());
+  EXPECT_NE(new_id, sandbox_id);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
 TEST(Lifecycle, SigtermCancelsWhatOutlivesTheGraceAndRecordsWhy) {

@@ -1,9 +1,13 @@
 // Streams that drop: the turn goes on without its client, and the client picks up from the last
-// event it saw, with nothing lost or repeated, while the turn runs or after it ended, and after
-// the server restarted. A client following a conversation sees each turn as it comes.
+// event it saw, with nothing lost or repeated, while the turn runs (getting what it makes from
+// then on as it happens) or after it ended, and after the server restarted. A client following
+// a conversation sees each turn as it comes.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "api_environment.h"
+#include "sandbox_environment.h"
 
 namespace quarry::testing {
 namespace {
@@ -27,12 +31,12 @@ std::vector<StreamEvent> replay(ApiClient& api, const std::string& id, int turn)
 }
 
 TEST(Resume, ADroppedStreamResumesWithNothingLostOrRepeated) {
-  QuarryServer server({.scenario = "resume"});
+  QuarryServer server({.scenario = "resume_live"});
   ASSERT_TRUE(server.started());
   ApiClient api(server.url());
   const auto id = api.create_conversation();
 
-  // The client goes away in the middle of the step's output.
+  // The client goes away in the middle of the step's output; the step then waits for its gate.
   std::vector<StreamEvent> seen;
   api.stream("POST", fmt::format("/api/v1/conversations/{}/messages", id),
              R"({"content": "Count to five for me"})", [&](const StreamEvent& event) {
@@ -41,20 +45,42 @@ TEST(Resume, ADroppedStreamResumesWithNothingLostOrRepeated) {
              });
   ASSERT_FALSE(seen.empty());
   ASSERT_EQ(seen.back().type, "output");
+  EXPECT_EQ(seen.back().data["text"], "1\n");
+  std::string sandbox_id;
+  for (const auto& event : seen) {
+    if (event.type == "sandbox" && event.data["kind"] == "sandbox_ready") {
+      sandbox_id = event.data["sandbox_id"];
+    }
+  }
+  ASSERT_FALSE(sandbox_id.empty());
 
-  // It comes back with the last id it saw, while the turn still runs.
-  auto resumed = api.stream("GET", fmt::format("/api/v1/conversations/{}/events", id), "",
-                            [](const StreamEvent& event) { return event.type != "done"; },
-                            {{"Last-Event-ID", seen.back().id}});
-  ASSERT_EQ(resumed.status, 200);
-  ASSERT_FALSE(resumed.events.empty());
-  EXPECT_EQ(resumed.events.back().type, "done");
-  EXPECT_EQ(resumed.events.back().data["status"], "completed");
-  // The answer was still streaming when the client came back: the turn did not wait for it.
-  EXPECT_FALSE(of_type(resumed.events, "text").empty());
+  // It comes back with the last id it saw, while the turn still runs. Nothing is new yet (the
+  // step waits for the gate): the stream is open and quiet.
+  BackgroundStream resumed(api, "GET", fmt::format("/api/v1/conversations/{}/events", id), "",
+                           {{"Last-Event-ID", seen.back().id}});
+  ASSERT_TRUE(resumed.wait_open());
+  EXPECT_FALSE(resumed.wait_for([](const StreamEvent&) { return true; }, std::chrono::seconds(1)));
+  EXPECT_EQ(api.get("/api/v1/conversations/" + id).json["turns"][0]["status"], "running");
+  // Only now does the turn go on: what the resumed stream gets next was made after it began.
+  std::istringstream gate("open");
+  ASSERT_TRUE(
+      SandboxEnvironment::get().provider().write_file(sandbox_id, "/home/sandbox/gate", gate));
+  // ...and it comes as it is made: the turn still runs when the first of it arrives.
+  ASSERT_TRUE(resumed.wait_for_type("output"));
+  EXPECT_EQ(api.get("/api/v1/conversations/" + id).json["turns"][0]["status"], "running");
+  ASSERT_TRUE(resumed.wait_for_type("done"));
+  resumed.drop();  // it would follow the conversation's next turns
+  auto live = resumed.finish();
+  ASSERT_EQ(live.status, 200);
+  ASSERT_FALSE(live.events.empty());
+  EXPECT_EQ(live.events.front().type, "output");
+  EXPECT_EQ(live.events.front().data["text"], "2\n");
+  EXPECT_EQ(live.events.back().type, "done");
+  EXPECT_EQ(live.events.back().data["status"], "completed");
+  EXPECT_FALSE(of_type(live.events, "text").empty());
 
   std::vector<StreamEvent> together = seen;
-  together.insert(together.end(), resumed.events.begin(), resumed.events.end());
+  together.insert(together.end(), live.events.begin(), live.events.end());
   auto whole = replay(api, id, 1);
   EXPECT_EQ(ids(together), ids(whole));
   for (size_t i = 0; i < std::min(together.size(), whole.size()); ++i) {
@@ -76,7 +102,7 @@ TEST(Resume, ADroppedStreamResumesWithNothingLostOrRepeated) {
             (std::vector<std::string>{whole[whole.size() - 2].id, whole.back().id}));
   EXPECT_EQ(server.stop(SIGTERM), 0);
 
-  QuarryServer restarted({.scenario = "resume"});
+  QuarryServer restarted({.scenario = "resume_live"});
   ASSERT_TRUE(restarted.started());
   ApiClient again(restarted.url());
   auto kept = replay(again, id, 1);

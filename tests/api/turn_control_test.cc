@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <thread>
 
 #include "api_environment.h"
 #include "sandbox_environment.h"
@@ -61,18 +62,47 @@ TEST(TurnControl, ASecondTurnIsRefusedWhileOneRunsAndDeletingWaitsForIt) {
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
+// The requests the scripted model got for `model`, and the hangups of its clients.
+size_t requests_for(std::string_view model) {
+  size_t count = 0;
+  for (const auto& request : ApiEnvironment::get().requests_to_model()) {
+    count += request["body"].value("model", "") == model;
+  }
+  return count;
+}
+std::vector<nlohmann::json> hangups_of(std::string_view model) {
+  std::vector<nlohmann::json> found;
+  for (auto& hangup : ApiEnvironment::get().model_hangups()) {
+    if (hangup["model"] == model) found.push_back(std::move(hangup));
+  }
+  return found;
+}
+
 TEST(TurnControl, CancelWhileTheModelIsAskedStopsTheTurnAndKeepsTheConversation) {
-  QuarryServer server({.scenario = "slow_answer"});
+  // The model would answer after a minute.
+  QuarryServer server({.scenario = "stalled_answer"});
   ASSERT_TRUE(server.started());
   ApiClient api(server.url());
   const auto id = api.create_conversation();
+  const size_t asked = requests_for("stalled_answer");
+  const size_t hung_up = hangups_of("stalled_answer").size();
   BackgroundStream turn(api, "POST", messages_path(id),
                         R"({"content": "Take your time: what is in the tables?"})");
   ASSERT_TRUE(turn.wait_for_type("turn_started"));
+  // Cancel once the model has the request, so it is the model call that is cut short.
+  for (int i = 0; i < 100 && requests_for("stalled_answer") == asked; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(requests_for("stalled_answer"), asked + 1) << "the model never got the question";
 
+  const auto cancelled_at = std::chrono::steady_clock::now();
   auto cancelled = api.post(fmt::format("/api/v1/conversations/{}/cancel", id), nullptr);
   ASSERT_EQ(cancelled.status, 202) << cancelled.body;
   EXPECT_EQ(cancelled.json["turn"], 1);
+  ASSERT_TRUE(turn.wait_for_type("done", std::chrono::seconds(10)));
+  const auto took = std::chrono::steady_clock::now() - cancelled_at;
+  EXPECT_LT(took, std::chrono::seconds(3))
+      << "the turn ended " << std::chrono::duration<double>(took).count() << " s after the cancel";
   auto stream = turn.finish();
   ASSERT_FALSE(stream.events.empty());
   const auto& done = stream.events.back();
@@ -82,8 +112,17 @@ TEST(TurnControl, CancelWhileTheModelIsAskedStopsTheTurnAndKeepsTheConversation)
   auto errors = of_type(stream.events, "error");
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].data["code"], "cancelled");
-  // The model's answer never came: the request was closed before it.
+  // The model's answer never came: the request was closed before it, and the model server saw
+  // its client hang up while it made it wait (not a minute later).
   EXPECT_TRUE(of_type(stream.events, "text").empty());
+  auto hangups = hangups_of("stalled_answer");
+  for (int i = 0; i < 50 && hangups.size() == hung_up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    hangups = hangups_of("stalled_answer");
+  }
+  ASSERT_EQ(hangups.size(), hung_up + 1) << "the model's request was never closed";
+  EXPECT_EQ(hangups.back()["during"], "delay");
+  EXPECT_LT(hangups.back()["waited_ms"].get<double>(), 10000);
 
   auto document = api.get("/api/v1/conversations/" + id);
   ASSERT_EQ(document.json["turns"].size(), 1u);
@@ -179,6 +218,68 @@ TEST(TurnControl, TurnsOfDifferentConversationsRunAtTheSameTime) {
   }
   // Every one had started before any finished: they ran side by side.
   EXPECT_LT(latest_start, earliest_end);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+TEST(TurnControl, WithOneWorkerASecondTurnWaitsForTheFirstWhileTheServerAnswersOnAsUsual) {
+  QuarryServer server({.server_config = "  workers: 1\n"});
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  ASSERT_EQ(api.get("/api/v1/info").json["workers"], 1);
+  // Each cell prints when it started, waits, and prints when it ended (the sandbox's clock is
+  // the host's).
+  const std::string code =
+      "import time\nprint(f'start {time.time()}', flush=True)\ntime.sleep(3)\n"
+      "print(f'end {time.time()}', flush=True)\n";
+  const std::string cell = nlohmann::json({{"kind", "python"}, {"code", code}}).dump();
+  const auto first_id = api.create_conversation("first");
+  const auto second_id = api.create_conversation("second");
+  BackgroundStream first(api, "POST", fmt::format("/api/v1/conversations/{}/cells", first_id),
+                         cell);
+  ASSERT_TRUE(first.wait_for_type("output"));
+  // The second is taken (not refused: 200 and its turn_started), and waits for the worker.
+  BackgroundStream second(api, "POST", fmt::format("/api/v1/conversations/{}/cells", second_id),
+                          cell);
+  ASSERT_TRUE(second.wait_for_type("turn_started"));
+  EXPECT_FALSE(second.wait_for_type("output", std::chrono::seconds(1)));
+
+  // Meanwhile, with both turns in flight, the server answers as usual, and quickly.
+  const auto asked_at = std::chrono::steady_clock::now();
+  EXPECT_EQ(api.get("/healthz").status, 200);
+  auto listed = api.get("/api/v1/conversations");
+  EXPECT_EQ(listed.status, 200);
+  EXPECT_GE(listed.json["conversations"].size(), 2u);
+  auto turns = api.get("/api/v1/conversations/" + second_id).json["turns"];
+  ASSERT_EQ(turns.size(), 1u);
+  EXPECT_EQ(turns[0]["status"], "running");
+  EXPECT_LT(std::chrono::steady_clock::now() - asked_at, std::chrono::seconds(1));
+  EXPECT_FALSE(first.wait_for_type("done", std::chrono::seconds(0)))
+      << "the first turn ended before the server was asked: nothing was in flight";
+  // ...and a follower of the first conversation gets its events as they come.
+  BackgroundStream follower(api, "GET", fmt::format("/api/v1/conversations/{}/events", first_id));
+  EXPECT_TRUE(follower.wait_for([](const StreamEvent& event) {
+    return event.type == "output" && event.data["text"].get<std::string>().starts_with("end");
+  }));
+  follower.drop();
+
+  auto times = [](const ApiResponse& stream, std::string_view which) {
+    for (const auto& event : of_type(stream.events, "output")) {
+      std::istringstream words(event.data["text"].get<std::string>());
+      std::string word;
+      double time = 0;
+      if (words >> word >> time && word == which) return time;
+    }
+    ADD_FAILURE() << "no '" << which << "' output";
+    return 0.0;
+  };
+  auto one = first.finish();
+  auto two = second.finish();
+  ASSERT_FALSE(one.events.empty());
+  ASSERT_FALSE(two.events.empty());
+  EXPECT_EQ(one.events.back().data["status"], "completed");
+  EXPECT_EQ(two.events.back().data["status"], "completed");
+  // One after the other: the second began only once the first had ended.
+  EXPECT_GE(times(two, "start"), times(one, "end"));
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 

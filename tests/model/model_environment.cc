@@ -56,8 +56,10 @@ std::unique_ptr<agent::ModelClient> ModelTest::client_for(const ModelConfig& con
 std::vector<nlohmann::json> ModelTest::requests() const {
   std::vector<nlohmann::json> lines;
   std::ifstream in(dir_ / "requests.jsonl");
-  for (std::string line; std::getline(in, line);)
-    lines.push_back(nlohmann::json::parse(line));
+  for (std::string line; std::getline(in, line);) {
+    auto parsed = nlohmann::json::parse(line);
+    if (!parsed.contains("hangup")) lines.push_back(std::move(parsed));  // not a request
+  }
   return lines;
 }
 

@@ -12,6 +12,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -132,6 +133,26 @@ void record(Server& server, const http::request<http::string_body>& request) {
   std::lock_guard lock(server.record_mutex);
   std::ofstream(server.options.record, std::ios::app)
       << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+// A client that closed its connection while a step waited (in a delay, between chunks or in a
+// stall): one line {"hangup": {...}} in the record, so a test can tell that its client gave up
+// the request instead of waiting it out.
+void record_hangup(Server& server, std::string_view model, size_t step, std::string_view during,
+                   std::chrono::steady_clock::time_point since) {
+  const double waited_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+  std::fprintf(stderr, "scripted_model_server: the client of '%.*s' step %zu hung up during %.*s\n",
+               static_cast<int>(model.size()), model.data(), step, static_cast<int>(during.size()),
+               during.data());
+  if (server.options.record.empty()) return;
+  json line = {{"hangup",
+                {{"model", model},
+                 {"step", step},
+                 {"during", during},
+                 {"waited_ms", std::round(waited_ms)}}}};
+  std::lock_guard lock(server.record_mutex);
+  std::ofstream(server.options.record, std::ios::app) << line.dump() << "\n";
 }
 
 // Waits up to `duration` and returns false early if the client hung up meanwhile.
@@ -262,7 +283,7 @@ class Session {
         !failure.empty()) {
       return refuse(request, failure);
     }
-    if (step.delay.count() > 0 && !wait_for_client(fd_, step.delay)) return false;
+    if (step.delay.count() > 0 && !wait(model, *index, "delay", step.delay)) return false;
 
     ReplyContext context;
     context.id = fmt::format("chatcmpl-scripted-{}", server_.next_id++);
@@ -317,7 +338,8 @@ class Session {
     if (error) return false;
     const auto events = stream_events(reply, context);
     for (size_t i = 0; i < events.size(); ++i) {
-      if (i > 0 && step.chunk_delay.count() > 0 && !wait_for_client(fd_, step.chunk_delay)) {
+      if (i > 0 && step.chunk_delay.count() > 0 &&
+          !wait(context.model, context.step, "chunk_delay", step.chunk_delay)) {
         return false;
       }
       const std::string frame = fmt::format("data: {}\n\n", events[i]);
@@ -325,12 +347,20 @@ class Session {
       if (error) return false;
       if (step.stall) {
         // Sent the first chunk; now nothing more until the client gives up.
-        wait_for_client(fd_, std::chrono::minutes(10));
+        wait(context.model, context.step, "stall", std::chrono::minutes(10));
         return false;
       }
     }
     net::write(stream_, http::make_chunk_last(), error);
     return !error;
+  }
+
+  // wait_for_client, recording a client that hung up meanwhile.
+  bool wait(std::string_view model, size_t step, std::string_view during, Duration duration) {
+    const auto since = std::chrono::steady_clock::now();
+    if (wait_for_client(fd_, duration)) return true;
+    record_hangup(server_, model, step, during, since);
+    return false;
   }
 
   bool send(Response response, const http::request<http::string_body>& request) {

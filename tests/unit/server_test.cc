@@ -9,6 +9,7 @@
 #include "conversation/sqlite_history_store.h"
 #include "server/api.h"
 #include "server/auth.h"
+#include "server/http_server.h"
 #include "server/json_body.h"
 #include "server/router.h"
 #include "server/stream_hub.h"
@@ -82,6 +83,31 @@ TEST(Query, DecodesAndRefusesBrokenEscapes) {
   EXPECT_EQ(query->at("flag"), "");
   for (const char* bad : {"a=%", "a=%4", "a=%zz"}) {
     EXPECT_FALSE(parse_query(bad)) << bad;
+  }
+}
+
+TEST(AccessLog, ShowsTheValuesOfTheApisOwnParametersOnly) {
+  struct Case {
+    std::string query;
+    std::string logged;
+  };
+  const std::vector<Case> cases = {
+      {"limit=5&cursor=1764.ab", "cursor=1764.ab&limit=5"},
+      {"after=3-0&download=1&conversation=abc", "after=3-0&conversation=abc&download=1"},
+      {"token=qry_x&limit=1", "limit=1&token=[redacted]"},
+      {"TOKEN=qry_x&Access_Token=qry_x&api-key=qry_x",
+       "Access_Token=[redacted]&TOKEN=[redacted]&api-key=[redacted]"},
+      {"%74oken=qry_x", "token=[redacted]"},  // decoded first
+      {"qry_0123456789abcdef", "[redacted]=[redacted]"},
+      {"x=1&passw0rd=2", "[redacted]=[redacted]&x=[redacted]"},
+  };
+  for (const auto& [query, logged] : cases) {
+    SCOPED_TRACE(query);
+    auto parsed = parse_query(query);
+    ASSERT_TRUE(parsed);
+    const std::string line = loggable_query(*parsed);
+    EXPECT_EQ(line, logged);
+    EXPECT_EQ(line.find("qry_"), std::string::npos);
   }
 }
 
