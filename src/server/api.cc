@@ -27,12 +27,16 @@ JsonReply json(nlohmann::json body, int status = 200) {
 }
 
 // Refuses query parameters the route does not take, naming the ones it does.
-ApiResult<void> check_query(const ApiRequest& request,
-                            std::initializer_list<std::string_view> allowed) {
+ApiResult<void> check_query(const ApiRequest& request, const Route& route) {
+  if (route.page) return {};
+  std::vector<std::string_view> allowed;
+  for (auto name : route.query) {
+    if (!name.empty()) allowed.push_back(name);
+  }
   for (const auto& [name, value] : request.query) {
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       return api_error(400, "unknown_parameter", "unknown query parameter '{}' ({})", name,
-                       allowed.size() == 0
+                       allowed.empty()
                            ? std::string("this route takes none")
                            : fmt::format("this route takes: {}", fmt::join(allowed, ", ")));
     }
@@ -199,6 +203,9 @@ ApiReply Api::handle(const ApiRequest& request) {
 }
 
 ApiResult<ApiReply> Api::dispatch(const ApiRequest& request) {
+  if (auto checked = check_query(request, *request.route.route); !checked) {
+    return std::unexpected(checked.error());
+  }
   const RouteId id = request.route.route->id;
   switch (id) {
     case RouteId::kIndex:
@@ -406,9 +413,6 @@ ApiResult<ApiReply> Api::delete_session(const ApiRequest& request) {
 }
 
 ApiResult<ApiReply> Api::list_conversations(const ApiRequest& request) {
-  if (auto checked = check_query(request, {"limit", "cursor"}); !checked) {
-    return std::unexpected(checked.error());
-  }
   auto limit = page_size(request);
   if (!limit) return std::unexpected(limit.error());
   conversation::ConversationQuery query;
@@ -453,7 +457,6 @@ ApiResult<ApiReply> Api::create_conversation(const ApiRequest& request) {
 }
 
 ApiResult<ApiReply> Api::read_conversation(const ApiRequest& request) {
-  if (auto checked = check_query(request, {}); !checked) return std::unexpected(checked.error());
   auto conversation = owned(request, request.route.params.at("id"));
   if (!conversation) return std::unexpected(conversation.error());
   auto document = conversation::conversation_document(services_.history, conversation->id);
@@ -527,9 +530,6 @@ ApiResult<ApiReply> Api::create_cell(const ApiRequest& request) {
 }
 
 ApiResult<ApiReply> Api::events(const ApiRequest& request) {
-  if (auto checked = check_query(request, {"after"}); !checked) {
-    return std::unexpected(checked.error());
-  }
   auto conversation = owned(request, request.route.params.at("id"));
   if (!conversation) return std::unexpected(conversation.error());
   std::string after = request.last_event_id;  // a reconnecting EventSource's own
@@ -573,7 +573,6 @@ ApiResult<ApiReply> Api::cancel(const ApiRequest& request) {
 }
 
 ApiResult<ApiReply> Api::list_artifacts(const ApiRequest& request) {
-  if (auto checked = check_query(request, {}); !checked) return std::unexpected(checked.error());
   auto conversation = owned(request, request.route.params.at("id"));
   if (!conversation) return std::unexpected(conversation.error());
   auto artifacts = services_.history.artifacts(conversation->id);
@@ -606,9 +605,6 @@ ApiResult<conversation::Artifact> Api::owned_artifact(const ApiRequest& request,
 }
 
 ApiResult<ApiReply> Api::read_artifact(const ApiRequest& request) {
-  if (auto checked = check_query(request, {"download"}); !checked) {
-    return std::unexpected(checked.error());
-  }
   auto artifact = owned_artifact(request, request.route.params.at("artifact_id"));
   if (!artifact) return std::unexpected(artifact.error());
   auto download = request.query.find("download");
@@ -620,9 +616,6 @@ ApiResult<ApiReply> Api::read_artifact(const ApiRequest& request) {
 }
 
 ApiResult<ApiReply> Api::artifact_table(const ApiRequest& request) {
-  if (auto checked = check_query(request, {"offset", "limit", "sort", "order"}); !checked) {
-    return std::unexpected(checked.error());
-  }
   auto artifact = owned_artifact(request, request.route.params.at("artifact_id"));
   if (!artifact) return std::unexpected(artifact.error());
   if (artifact->type != "csv" && artifact->type != "parquet") {
@@ -670,9 +663,6 @@ ApiResult<ApiReply> Api::artifact_table(const ApiRequest& request) {
 }
 
 ApiResult<ApiReply> Api::list_execs(const ApiRequest& request) {
-  if (auto checked = check_query(request, {"conversation", "limit", "cursor"}); !checked) {
-    return std::unexpected(checked.error());
-  }
   auto limit = page_size(request);
   if (!limit) return std::unexpected(limit.error());
   conversation::ExecQuery query;
@@ -713,7 +703,6 @@ ApiResult<ApiReply> Api::list_execs(const ApiRequest& request) {
 }
 
 ApiResult<ApiReply> Api::list_sandboxes(const ApiRequest& request) {
-  if (auto checked = check_query(request, {}); !checked) return std::unexpected(checked.error());
   auto all = services_.history.sandbox_references();
   if (!all) return std::unexpected(from_error(all.error()));
   auto live = [](const conversation::SandboxReference& reference) {

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "conversation/history_json.h"
+#include "server/router.h"
 
 namespace quarry::server {
 namespace {
@@ -85,11 +86,6 @@ net::awaitable<void> linger(beast::tcp_stream& stream) {
   }
 }
 
-// The query parameters the API's routes take (the lists given to check_query in api.cc); none of
-// them carries a secret.
-constexpr std::array<std::string_view, 8> kLoggedParameters = {
-    "after", "conversation", "cursor", "download", "limit", "offset", "order", "sort"};
-
 }  // namespace
 
 // Only the values of the API's own parameters are written: a secret pasted into a query string
@@ -104,8 +100,8 @@ std::string loggable_query(const std::map<std::string, std::string, std::less<>>
   std::string text;
   for (const auto& [name, value] : query) {
     if (!text.empty()) text += '&';
-    const bool known = std::find(kLoggedParameters.begin(), kLoggedParameters.end(), name) !=
-                       kLoggedParameters.end();
+    const auto logged = query_parameters();
+    const bool known = std::find(logged.begin(), logged.end(), name) != logged.end();
     text +=
         fmt::format("{}={}", plain_word(name) ? name : "[redacted]", known ? value : "[redacted]");
   }

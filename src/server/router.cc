@@ -1,5 +1,6 @@
 #include "server/router.h"
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -7,8 +8,8 @@ namespace quarry::server {
 namespace {
 
 constexpr std::array kRoutes = {
-    Route{"GET", "/", RouteId::kIndex, true},
-    Route{"GET", "/assets/{file}", RouteId::kAsset, true},
+    Route{"GET", "/", RouteId::kIndex, true, {}, true},
+    Route{"GET", "/assets/{file}", RouteId::kAsset, true, {}, true},
     Route{"GET", "/healthz", RouteId::kHealth, true},
     Route{"GET", "/readyz", RouteId::kReady, true},
     Route{"GET", "/api/openapi.json", RouteId::kOpenApi, true},
@@ -16,18 +17,22 @@ constexpr std::array kRoutes = {
     Route{"GET", "/api/v1/session", RouteId::kSessionRead},
     Route{"POST", "/api/v1/session", RouteId::kSessionCreate, true},
     Route{"DELETE", "/api/v1/session", RouteId::kSessionDelete},
-    Route{"GET", "/api/v1/conversations", RouteId::kConversationList},
+    Route{"GET", "/api/v1/conversations", RouteId::kConversationList, false, {"limit", "cursor"}},
     Route{"POST", "/api/v1/conversations", RouteId::kConversationCreate},
     Route{"GET", "/api/v1/conversations/{id}", RouteId::kConversationRead},
     Route{"DELETE", "/api/v1/conversations/{id}", RouteId::kConversationDelete},
     Route{"POST", "/api/v1/conversations/{id}/messages", RouteId::kMessageCreate},
     Route{"POST", "/api/v1/conversations/{id}/cells", RouteId::kCellCreate},
-    Route{"GET", "/api/v1/conversations/{id}/events", RouteId::kEvents},
+    Route{"GET", "/api/v1/conversations/{id}/events", RouteId::kEvents, false, {"after"}},
     Route{"POST", "/api/v1/conversations/{id}/cancel", RouteId::kCancel},
     Route{"GET", "/api/v1/conversations/{id}/artifacts", RouteId::kArtifactList},
-    Route{"GET", "/api/v1/artifacts/{artifact_id}", RouteId::kArtifactRead},
-    Route{"GET", "/api/v1/artifacts/{artifact_id}/table", RouteId::kArtifactTable},
-    Route{"GET", "/api/v1/execs", RouteId::kExecList},
+    Route{"GET", "/api/v1/artifacts/{artifact_id}", RouteId::kArtifactRead, false, {"download"}},
+    Route{"GET",
+          "/api/v1/artifacts/{artifact_id}/table",
+          RouteId::kArtifactTable,
+          false,
+          {"offset", "limit", "sort", "order"}},
+    Route{"GET", "/api/v1/execs", RouteId::kExecList, false, {"conversation", "limit", "cursor"}},
     Route{"GET", "/api/v1/sandboxes", RouteId::kSandboxList},
 };
 
@@ -69,6 +74,21 @@ std::optional<std::map<std::string, std::string, std::less<>>> match(std::string
 
 std::span<const Route> routes() {
   return kRoutes;
+}
+
+std::span<const std::string_view> query_parameters() {
+  static const std::vector<std::string_view> parameters = [] {
+    std::vector<std::string_view> names;
+    for (const auto& route : kRoutes) {
+      for (auto name : route.query) {
+        if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) {
+          names.push_back(name);
+        }
+      }
+    }
+    return names;
+  }();
+  return parameters;
 }
 
 ApiResult<RouteMatch> match_route(std::string_view method, std::string_view path,

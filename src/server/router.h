@@ -3,6 +3,7 @@
 // exists.
 #pragma once
 
+#include <array>
 #include <map>
 #include <span>
 #include <string>
@@ -42,6 +43,10 @@ struct Route {
   std::string_view pattern;  // segments in braces are parameters
   RouteId id;
   bool public_route = false;  // answered without signing in
+  // The query parameters it takes: any other is refused with 400. The UI's pages take any (a
+  // link to them may carry some).
+  std::array<std::string_view, 4> query{};
+  bool page = false;
 };
 
 struct RouteMatch {
@@ -50,6 +55,9 @@ struct RouteMatch {
 };
 
 std::span<const Route> routes();
+
+// Every query parameter some route takes; none of them carries a secret.
+std::span<const std::string_view> query_parameters();
 
 // 404 (no such path) or 405 (the path exists for other methods; `allow` receives them).
 ApiResult<RouteMatch> match_route(std::string_view method, std::string_view path,
