@@ -7,11 +7,11 @@ import { seconds } from "../format";
 import { highlightBlocks } from "../highlight";
 import { markdown } from "../markdown";
 import type { Item, TurnView as Turn } from "../turns";
-import { StepView } from "./StepView";
+import { StepView, type Expansion } from "./StepView";
 
 interface Props {
   turn: Turn;
-  expanded: boolean | null;  // expand or collapse all steps; null: each as it is
+  expanded: Expansion | null;  // the last Expand all or Collapse all; null: each step as it is
   onEditCell: (cell: { kind: CellKind; code: string; filename: string }) => void;
   onEditQuestion?: () => void;
 }
@@ -74,7 +74,7 @@ function ItemView({
   items: Item[];
   waiting: boolean; // still waiting for a sandbox, if this is the queue's note
 
-  expanded: boolean | null;
+  expanded: Expansion | null;
   keepOpen: boolean;
   onEditCell: Props["onEditCell"];
 }) {
