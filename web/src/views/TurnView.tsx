@@ -90,6 +90,13 @@ function ItemView({
   }
 }
 
+// Why a sandbox was deleted (sandbox_deleted's reason), in words.
+const kDeletedBecause: Record<string, string> = {
+  idle: "The sandbox was deleted after being idle; the next step starts a new one.",
+  dead: "The sandbox had stopped (it died or was killed); the next step starts a new one.",
+  evicted: "The idle sandbox was deleted to make room for another conversation; the next step starts a new one.",
+};
+
 function SandboxNote({ event, waiting }: { event: Extract<Item, { kind: "sandbox" }>["event"]; waiting: boolean }) {
   const details = event.details;
   let text: string;
@@ -111,12 +118,7 @@ function SandboxNote({ event, waiting }: { event: Extract<Item, { kind: "sandbox
       text = "Commands left running by an interrupted turn were stopped.";
       break;
     default:
-      text =
-        event.reason === "idle"
-          ? "The sandbox was deleted after being idle; the next step starts a new one."
-          : event.reason === "evicted"
-            ? "The idle sandbox was deleted to make room for another conversation; the next step starts a new one."
-            : `The sandbox was deleted (${event.reason || "no reason given"}).`;
+      text = kDeletedBecause[event.reason] ?? `The sandbox was deleted (${event.reason || "no reason given"}).`;
   }
   return (
     <p class={`sandbox-event ${event.kind}`} title={event.sandboxId}>
