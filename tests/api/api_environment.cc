@@ -109,6 +109,7 @@ QuarryServer::QuarryServer(ServerOptions options) {
   std::ofstream(config_) << fmt::format(
       "sandbox:\n"
       "  export_max_rows: 50000000\n"
+      "{}"
       "database:\n"
       "  url: \"{}\"\n"
       "conversations:\n"
@@ -119,8 +120,8 @@ QuarryServer::QuarryServer(ServerOptions options) {
       "  tokens_file: {}\n"
       "{}"
       "{}",
-      PostgresEnvironment::get().server().reader_conninfo, model, tokens_file_.string(),
-      options.server_config,
+      options.sandbox_config, PostgresEnvironment::get().server().reader_conninfo, model,
+      tokens_file_.string(), options.server_config,
       options.capacity_config.empty() ? "" : "capacity:\n" + options.capacity_config);
   user_suffix_ = fmt::format("-{}", counter);
   if (options.tokens) {

@@ -54,6 +54,7 @@ struct ServerOptions {
   std::string scenario = "peak_views";  // the model's name: the scenario that answers
   bool tokens = false;                  // a tokens file with users alice and bob
   std::string listen = "127.0.0.1:0";
+  std::string sandbox_config{};   // YAML lines under "sandbox:", each indented two spaces
   std::string server_config{};    // YAML lines under "server:", each indented two spaces
   std::string model_config{};     // instead of the scripted model: YAML lines under "model:"
   std::string capacity_config{};  // YAML lines under "capacity:", each indented two spaces
