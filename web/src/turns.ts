@@ -206,6 +206,19 @@ function addSandboxItem(turn: TurnView, item: Item) {
       return;
     }
   }
+  // A sandbox found dead is removed, another started and recorded as its replacement: to a
+  // person that is one thing, told once.
+  if (item.kind === "sandbox" && item.event.kind === "sandbox_replaced") {
+    const { sandboxId, details } = item.event;
+    turn.items = turn.items.filter(
+      (entry) =>
+        entry.kind !== "sandbox" ||
+        !(
+          (entry.event.kind === "sandbox_ready" && entry.event.sandboxId === sandboxId) ||
+          (entry.event.kind === "sandbox_deleted" && entry.event.reason === "dead" && entry.event.sandboxId === details.previous)
+        ),
+    );
+  }
   const running = turn.items.findLastIndex((entry) => entry.kind === "step" && entry.step.status === "running");
   if (running >= 0) turn.items.splice(running, 0, item);
   else turn.items.push(item);

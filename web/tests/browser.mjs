@@ -90,9 +90,11 @@ export async function signIn(page, token) {
   await page.getByRole("button", { name: "New conversation" }).first().waitFor();
 }
 
+// Starts a conversation and returns its id (once the page shows it, also when it showed another).
 export async function newConversation(page) {
+  const before = page.url();
   await page.getByRole("button", { name: "New conversation" }).first().click();
-  await page.waitForURL(/#\/c\//);
+  await page.waitForURL((address) => /#\/c\//.test(address.hash) && address.href !== before);
   return decodeURIComponent(new URL(page.url()).hash.split("/")[2]);
 }
 
@@ -130,5 +132,15 @@ export async function run(body) {
     console.log("ok");
   } finally {
     await browser.close();
+  }
+}
+
+// Waits until `locator` matches `count` elements (the page renders after events, not at once).
+export async function countIs(locator, count, timeout = 10_000) {
+  const deadline = Date.now() + timeout;
+  let seen;
+  while ((seen = await locator.count()) !== count) {
+    if (Date.now() > deadline) assert.equal(seen, count, `${locator} matches ${count} elements`);
+    await new Promise((done) => setTimeout(done, 50));
   }
 }

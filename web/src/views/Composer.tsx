@@ -30,6 +30,8 @@ export function Composer({ running, modelAvailable, draft, onAsk, onCell, onStop
   const [code, setCode] = useState("");
   const [filename, setFilename] = useState("");
   const input = useRef<HTMLTextAreaElement>(null);
+  // A draft's text area gets the focus once it is drawn (a draft may switch the tab).
+  const [focusFor, setFocusFor] = useState(0);
 
   useEffect(() => setMode(modelAvailable ? "ask" : "cell"), [modelAvailable]);
   useEffect(() => {
@@ -43,8 +45,11 @@ export function Composer({ running, modelAvailable, draft, onAsk, onCell, onStop
       setCode(draft.code);
       setFilename(draft.filename);
     }
-    input.current?.focus();
+    setFocusFor(draft.key);
   }, [draft]);
+  useEffect(() => {
+    if (focusFor) input.current?.focus();
+  }, [focusFor]);
 
   const ask = () => {
     if (running || question.trim() === "") return;

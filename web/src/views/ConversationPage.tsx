@@ -7,6 +7,7 @@ import type { CellKind } from "../api";
 import { ConversationController } from "../conversation";
 import { useStore } from "../store";
 import { Composer, type Draft } from "./Composer";
+import type { Expansion } from "./StepView";
 import { TurnView } from "./TurnView";
 
 export function ConversationPage({ id }: { id: string }) {
@@ -14,7 +15,9 @@ export function ConversationPage({ id }: { id: string }) {
   const state = useStore(controller.state);
   const server = useStore(info);
   const [draft, setDraft] = useState<Draft | null>(null);
-  const [expanded, setExpanded] = useState<boolean | null>(null);
+  // Expand all / Collapse all: each press is a new request, so pressing it again after opening or
+  // closing steps by hand applies it again.
+  const [expanded, setExpanded] = useState<Expansion | null>(null);
 
   useEffect(() => {
     void controller.load();
@@ -50,10 +53,10 @@ export function ConversationPage({ id }: { id: string }) {
       <header class="conversation-head">
         <h1>{state.detail?.title || "New conversation"}</h1>
         <div class="actions">
-          <button class="link" onClick={() => setExpanded(true)}>
+          <button class="link" onClick={() => setExpanded({ open: true, at: Date.now() })}>
             Expand all
           </button>
-          <button class="link" onClick={() => setExpanded(false)}>
+          <button class="link" onClick={() => setExpanded({ open: false, at: Date.now() })}>
             Collapse all
           </button>
           <a href={`#/load/${id}`}>Load</a>

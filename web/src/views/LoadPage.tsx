@@ -6,6 +6,7 @@ import { useEffect, useMemo, useState } from "preact/hooks";
 import { conversations } from "../app";
 import { api, type Exec, type ExecTotals, type Sandboxes } from "../api";
 import { messageOf } from "../conversation";
+import { kMostShown, loadExecs } from "../execs";
 import { seconds, size } from "../format";
 import { useStore } from "../store";
 import { TimeChart, type Series } from "./TimeChart";
@@ -52,23 +53,30 @@ export function LoadPage({ conversation }: { conversation?: string }) {
 
   useEffect(() => {
     let current = true;
+    let held: Exec[] = [];
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    setExecs([]);
+    setTotals(null);
+    // The next refresh is timed from the end of this one, so a slow first read (many pages)
+    // is never overlapped by a second.
     const refresh = async () => {
       try {
-        const [page, live] = await Promise.all([api.execs(conversation), api.sandboxes()]);
+        const [list, live] = await Promise.all([loadExecs(conversation, held), api.sandboxes()]);
         if (!current) return;
-        setExecs(page.execs);
-        setTotals(page.totals);
+        held = list.execs;
+        setExecs(list.execs);
+        setTotals(list.totals);
         setSandboxes(live);
         setError(null);
       } catch (failure) {
         if (current) setError(messageOf(failure));
       }
+      if (current) timer = setTimeout(refresh, kRefreshMs);
     };
     void refresh();
-    const timer = setInterval(refresh, kRefreshMs);
     return () => {
       current = false;
-      clearInterval(timer);
+      clearTimeout(timer);
     };
   }, [conversation]);
 
@@ -131,6 +139,13 @@ export function LoadPage({ conversation }: { conversation?: string }) {
         </div>
       ) : (
         <p class="empty">No code steps yet.</p>
+      )}
+      {totals && sorted.length > 0 && (
+        <p class="hint steps-shown">
+          {sorted.length < totals.steps
+            ? `The newest ${sorted.length} of ${totals.steps} steps (at most ${kMostShown} are listed; the figures above count all).`
+            : `All ${sorted.length} steps.`}
+        </p>
       )}
       {sorted.length > 0 && (
         <div class="table-scroll">

@@ -5,15 +5,22 @@
 import { useEffect, useState } from "preact/hooks";
 
 import type { CellKind } from "../api";
+import { copyText } from "../clipboard";
 import { seconds, size } from "../format";
 import { highlight } from "../highlight";
 import { describeMetering, stepSource, type Item, type Step } from "../turns";
 import { ArtifactView } from "./ArtifactView";
 
+// An Expand all or Collapse all: `at` tells one press from the next.
+export interface Expansion {
+  open: boolean;
+  at: number;
+}
+
 interface Props {
   step: Step;
   items: Item[];
-  expanded: boolean | null;
+  expanded: Expansion | null;
   keepOpen: boolean;  // a cell's step stays open when done: its output is what the user wanted
   onEditCell: (cell: { kind: CellKind; code: string; filename: string }) => void;
 }
@@ -49,7 +56,7 @@ export function StepView({ step, items, expanded, keepOpen, onEditCell }: Props)
   const [open, setOpen] = useState(running || keepOpen);
   useEffect(() => setOpen(running || keepOpen), [running, keepOpen]);
   useEffect(() => {
-    if (expanded !== null) setOpen(expanded);
+    if (expanded) setOpen(expanded.open);
   }, [expanded]);
   const source = stepSource(step, items);
   const bad = step.status === "failed" || step.metering?.oom || step.metering?.timed_out;
@@ -71,9 +78,7 @@ export function StepView({ step, items, expanded, keepOpen, onEditCell }: Props)
         {source && (
           <div class="code-block">
             <div class="code-actions">
-              <button class="link" onClick={() => void navigator.clipboard?.writeText(source.code)}>
-                Copy
-              </button>
+              <CopyButton text={source.code} />
               {source.cell && !running && (
                 <button class="link" onClick={() => onEditCell(source.cell!)}>
                   Edit and run as a cell
@@ -89,7 +94,11 @@ export function StepView({ step, items, expanded, keepOpen, onEditCell }: Props)
           <div class="output" aria-live={running ? "polite" : undefined}>
             {step.stdout && <pre class={isErrorOutput(step.stdout) ? "stdout error-output" : "stdout"}>{step.stdout}</pre>}
             {step.stderr && <pre class={isErrorOutput(step.stderr) ? "stderr error-output" : "stderr"}>{step.stderr}</pre>}
-            {step.outputCut && <p class="hint">The output was longer; the rest is kept in the history.</p>}
+            {(step.outputCut || step.metering?.truncated) && (
+              <p class="hint output-cut">
+                The output was longer than the server keeps (sandbox.output_limit); the rest was cut off.
+              </p>
+            )}
           </div>
         )}
         {showContent ? (
@@ -97,13 +106,36 @@ export function StepView({ step, items, expanded, keepOpen, onEditCell }: Props)
         ) : (
           step.metering?.message && <pre class="error-output">{step.metering.message}</pre>
         )}
-        {step.failure?.advice && <p class="advice">{step.failure.advice}</p>}
+        {/* The advice, unless the result the model read (shown above) has it already. */}
+        {step.failure?.advice && !(showContent && step.content?.includes(step.failure.advice)) && (
+          <p class="advice">{step.failure.advice}</p>
+        )}
       </div>
     </details>
     {/* What a step made stays in view when its row is closed. */}
     {step.artifacts.map((artifact) => (
       <ArtifactView key={artifact.id} artifact={artifact} />
     ))}
+    </>
+  );
+}
+
+// Copies the code, and says whether it could.
+function CopyButton({ text }: { text: string }) {
+  const [said, setSaid] = useState<"copied" | "failed" | null>(null);
+  useEffect(() => {
+    if (!said) return;
+    const timer = setTimeout(() => setSaid(null), said === "copied" ? 2000 : 6000);
+    return () => clearTimeout(timer);
+  }, [said]);
+  return (
+    <>
+      <span class={said === "failed" ? "copy-said error" : "copy-said"} role="status">
+        {said === "copied" ? "Copied" : said === "failed" ? "Could not copy: select the code and press Ctrl+C" : ""}
+      </span>
+      <button class="link" onClick={() => void copyText(text).then((copied) => setSaid(copied ? "copied" : "failed"))}>
+        Copy
+      </button>
     </>
   );
 }

@@ -7,11 +7,11 @@ import { seconds } from "../format";
 import { highlightBlocks } from "../highlight";
 import { markdown } from "../markdown";
 import type { Item, TurnView as Turn } from "../turns";
-import { StepView } from "./StepView";
+import { StepView, type Expansion } from "./StepView";
 
 interface Props {
   turn: Turn;
-  expanded: boolean | null;  // expand or collapse all steps; null: each as it is
+  expanded: Expansion | null;  // the last Expand all or Collapse all; null: each step as it is
   onEditCell: (cell: { kind: CellKind; code: string; filename: string }) => void;
   onEditQuestion?: () => void;
 }
@@ -74,7 +74,7 @@ function ItemView({
   items: Item[];
   waiting: boolean; // still waiting for a sandbox, if this is the queue's note
 
-  expanded: boolean | null;
+  expanded: Expansion | null;
   keepOpen: boolean;
   onEditCell: Props["onEditCell"];
 }) {
@@ -89,6 +89,13 @@ function ItemView({
       return <SandboxNote event={item.event} waiting={waiting} />;
   }
 }
+
+// Why a sandbox was deleted (sandbox_deleted's reason), in words.
+const kDeletedBecause: Record<string, string> = {
+  idle: "The sandbox was deleted after being idle; the next step starts a new one.",
+  dead: "The sandbox had stopped (it died or was killed); the next step starts a new one.",
+  evicted: "The idle sandbox was deleted to make room for another conversation; the next step starts a new one.",
+};
 
 function SandboxNote({ event, waiting }: { event: Extract<Item, { kind: "sandbox" }>["event"]; waiting: boolean }) {
   const details = event.details;
@@ -111,12 +118,7 @@ function SandboxNote({ event, waiting }: { event: Extract<Item, { kind: "sandbox
       text = "Commands left running by an interrupted turn were stopped.";
       break;
     default:
-      text =
-        event.reason === "idle"
-          ? "The sandbox was deleted after being idle; the next step starts a new one."
-          : event.reason === "evicted"
-            ? "The idle sandbox was deleted to make room for another conversation; the next step starts a new one."
-            : `The sandbox was deleted (${event.reason || "no reason given"}).`;
+      text = kDeletedBecause[event.reason] ?? `The sandbox was deleted (${event.reason || "no reason given"}).`;
   }
   return (
     <p class={`sandbox-event ${event.kind}`} title={event.sandboxId}>
