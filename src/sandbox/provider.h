@@ -7,6 +7,7 @@
 #include <functional>
 #include <iosfwd>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -85,6 +86,44 @@ struct FileInfo {
   std::chrono::system_clock::time_point modified_at;
 };
 
+// One step of a Process: a message written to it, the output it makes until it answers.
+struct StepRequest {
+  std::string message;  // written to the process as one frame
+  std::chrono::milliseconds timeout{120'000};
+  // Written as a frame when the timeout passes or the caller cancels, so the process can stop
+  // the step itself (Python: KeyboardInterrupt); empty: killed at once. Killed if it has not
+  // answered `grace` later.
+  std::string interrupt;
+  std::chrono::milliseconds grace{5'000};
+  std::chrono::milliseconds cancel_grace{1'000};  // the same, after a cancel
+  uint64_t output_limit = 1 << 20;
+  std::function<void(OutputStream, std::string_view)> on_output{};
+  int cancel_fd = -1;
+};
+
+struct StepResult {
+  // The step's metering (run time as the host saw it, CPU time, peak memory, OOM kills of this
+  // step alone), its output, and, if the process ended, its exit status; timed_out when the
+  // timeout passed (whether the process then stopped the step or was killed).
+  ExecResult exec;
+  std::optional<std::string> reply;  // the frame the process answered with; none if it ended
+  bool exited = false;
+  bool cancelled = false;
+  bool peak_since_start = false;  // the kernel could not reset the peak: it is since start()
+};
+
+// A command that keeps running between the steps it is given (the Python kernel): it reads
+// frames (a 4-byte little-endian length, then the bytes) from its stdin, a unix socket, and
+// answers each step with one frame on it. It runs in a cgroup of its own, like an exec, which
+// each step is measured by. Destroying it kills every process of the command.
+class Process {
+ public:
+  virtual ~Process() = default;
+  virtual Result<StepResult> step(const StepRequest& request) = 0;
+  // Whether it still runs (false once it exited or was killed).
+  virtual bool alive() = 0;
+};
+
 class SandboxProvider {
  public:
   virtual ~SandboxProvider() = default;
@@ -94,6 +133,14 @@ class SandboxProvider {
   // Makes working directories (and later packages, files) ready inside a running sandbox.
   virtual Result<void> prepare(std::string_view id, const PrepareSpec& spec) = 0;
   virtual Result<ExecResult> exec(std::string_view id, const ExecRequest& request) = 0;
+  // Starts `request` (its timeout and output fields unused) as a Process. kFailedPrecondition
+  // where the provider has no such processes: run each step as an exec then.
+  virtual Result<std::unique_ptr<Process>> start(std::string_view id, const ExecRequest& request) {
+    (void)id;
+    (void)request;
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "this sandbox provider keeps no process between commands");
+  }
   // Kills every command running in the sandbox (the sandbox itself goes on), e.g. what a process
   // that died in the middle of an exec left running. Returns how many commands were stopped.
   virtual Result<int> stop_commands(std::string_view id) = 0;

@@ -329,6 +329,29 @@ TEST_F(FakeCgroupTree, V1ExecCgroupsAreInMemoryAndCpuacct) {
   EXPECT_EQ(counters->cpu_usage_ns, 123456789u);
 }
 
+// A process that runs step after step (the Python kernel) has its peak memory started anew
+// before each step, and read from the file that was reset.
+TEST_F(FakeCgroupTree, ThePeakOfAnExecIsResetForItsNextStep) {
+  CgroupV1Paths paths = v1_paths();
+  // (A regular file stands in for the cgroup's: one digit, which the reset's 0 overwrites.)
+  make_cgroup(paths.memory / "quarry/sb1/exec-1", {"cgroup.procs", "memory.max_usage_in_bytes"},
+              {{"memory.max_usage_in_bytes", "7\n"}});
+  auto v1 = make_cgroup_v1(paths, "quarry");
+  auto peak = v1->reset_peak("sb1", "exec-1");
+  ASSERT_TRUE(peak) << peak.error().message;
+  EXPECT_EQ(read(paths.memory / "quarry/sb1/exec-1/memory.max_usage_in_bytes"), "0\n");
+  auto since = cgroup_files::read_number_at(peak->get());
+  ASSERT_TRUE(since) << since.error().message;
+  EXPECT_EQ(*since, 0u);
+
+  make_cgroup(root_ / "quarry/sb1/exec-1", {"cgroup.procs", "memory.peak"},
+              {{"memory.peak", "268435456\n"}});
+  auto v2 = make_cgroup_v2(root_, "quarry");
+  ASSERT_TRUE(v2->reset_peak("sb1", "exec-1"));
+  EXPECT_TRUE(read(root_ / "quarry/sb1/exec-1/memory.peak").starts_with("reset"));
+  EXPECT_FALSE(v1->reset_peak("sb1", "no-such-exec"));
+}
+
 TEST(CgroupFiles, ReadsNumbersAndKeyedValues) {
   auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-cg-{}", ::getpid());
   std::filesystem::create_directories(dir);

@@ -191,6 +191,14 @@ TEST(Protocol, ExecRequestsSurviveTheTripAndMalformedOnesAreRefused) {
   back = exec_request_from_json(to_json(request));
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(back->cwd, request.cwd);
+  EXPECT_FALSE(back->has_stdin);
+  // A command that keeps running (the Python kernel) gets a descriptor for its stdin.
+  request.has_stdin = true;
+  back = exec_request_from_json(to_json(request));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_TRUE(back->has_stdin);
+  EXPECT_FALSE(exec_request_from_json(
+      json{{"type", "exec"}, {"argv", {"true"}}, {"env", json::array()}, {"stdin", "yes"}}));
 
   for (const json& body : {
            json{{"type", "exec"}, {"argv", json::array()}, {"env", json::array()}},

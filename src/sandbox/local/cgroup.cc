@@ -178,17 +178,32 @@ Result<bool> favor_dynamic_modifications() {
 
 namespace cgroup_files {
 
-Result<uint64_t> read_number(const std::filesystem::path& path) {
-  ASSIGN_OR_RETURN(auto text, read_file(path));
+namespace {
+
+Result<uint64_t> parse_number(std::string text, std::string_view where) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
     text.pop_back();
   if (text == "max") return UINT64_MAX;
   uint64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc()) {
-    return make_error(ErrorCode::kInternal, "'{}' holds '{}', not a number", path.string(), text);
+    return make_error(ErrorCode::kInternal, "'{}' holds '{}', not a number", where, text);
   }
   return value;
+}
+
+}  // namespace
+
+Result<uint64_t> read_number(const std::filesystem::path& path) {
+  ASSIGN_OR_RETURN(auto text, read_file(path));
+  return parse_number(std::move(text), path.string());
+}
+
+Result<uint64_t> read_number_at(int fd) {
+  char buffer[64];
+  const ssize_t size = ::pread(fd, buffer, sizeof buffer - 1, 0);
+  if (size < 0) return errno_error("reading a cgroup file");
+  return parse_number(std::string(buffer, static_cast<size_t>(size)), "a cgroup file");
 }
 
 Result<uint64_t> read_keyed(const std::filesystem::path& path, std::string_view key) {

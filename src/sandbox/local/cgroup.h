@@ -74,8 +74,16 @@ class CgroupDriver {
   virtual Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox, std::string_view exec,
                                                     const CgroupLimits& limits) = 0;
   virtual Result<ExecCounters> exec_counters(std::string_view sandbox, std::string_view exec) = 0;
+  // Starts the exec's peak memory anew, for a command that runs one step after another: reads
+  // of the returned file (cgroup_files::read_number_at) give the most it used since. v1 writes
+  // 0 to memory.max_usage_in_bytes; v2 writes to memory.peak, which resets it for that open
+  // file only (Linux 6.12 and later; kFailedPrecondition before).
+  virtual Result<UniqueFd> reset_peak(std::string_view sandbox, std::string_view exec) = 0;
   // Kills every process of the exec and removes its cgroup.
   virtual Result<void> remove_exec(std::string_view sandbox, std::string_view exec) = 0;
+  // The host pids of the exec's processes.
+  virtual Result<std::vector<pid_t>> exec_processes(std::string_view sandbox,
+                                                    std::string_view exec) = 0;
   // Sends SIGKILL to every process in the exec's cgroup (e.g. on timeout); does not wait.
   virtual Result<void> kill_exec(std::string_view sandbox, std::string_view exec) = 0;
   // The names of the sandbox's exec cgroups that exist now (running commands, or leftovers of
@@ -151,6 +159,8 @@ std::unique_ptr<CgroupDriver> make_cgroup_v1(CgroupV1Paths roots, std::string pa
 namespace cgroup_files {
 // Reads a file holding a single number ("max" reads as UINT64_MAX).
 Result<uint64_t> read_number(const std::filesystem::path& path);
+// The same from an open file, read again from its start.
+Result<uint64_t> read_number_at(int fd);
 // Reads the value of `key` from a flat-keyed file ("oom_kill 3").
 Result<uint64_t> read_keyed(const std::filesystem::path& path, std::string_view key);
 // The pids listed in a cgroup.procs file.

@@ -134,6 +134,19 @@ class CgroupV1 final : public CgroupDriver {
     return counters;
   }
 
+  Result<UniqueFd> reset_peak(std::string_view sandbox, std::string_view exec) override {
+    const auto path = roots_.memory / parent_ / sandbox / exec / "memory.max_usage_in_bytes";
+    RETURN_IF_ERROR(write_control_file(path, "0"));
+    UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!file) return errno_error("open('{}')", path.string());
+    return file;
+  }
+
+  Result<std::vector<pid_t>> exec_processes(std::string_view sandbox,
+                                            std::string_view exec) override {
+    return cgroup_files::read_procs(roots_.memory / parent_ / sandbox / exec / "cgroup.procs");
+  }
+
   Result<void> kill_exec(std::string_view sandbox, std::string_view exec) override {
     // Every process of the exec is in its memory cgroup: it joined before exec and its
     // children cannot leave.

@@ -99,6 +99,25 @@ class CgroupV2 final : public CgroupDriver {
     return counters;
   }
 
+  Result<UniqueFd> reset_peak(std::string_view sandbox, std::string_view exec) override {
+    const auto path = sandbox_dir(sandbox) / exec / "memory.peak";
+    UniqueFd file(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+    if (!file || ::write(file.get(), "reset\n", 6) != 6) {
+      if (errno == EACCES || errno == EINVAL || errno == EPERM || errno == EBADF) {
+        return make_error(ErrorCode::kFailedPrecondition,
+                          "this kernel cannot reset '{}' (Linux 6.12 and later can)",
+                          path.string());
+      }
+      return errno_error("resetting '{}'", path.string());
+    }
+    return file;
+  }
+
+  Result<std::vector<pid_t>> exec_processes(std::string_view sandbox,
+                                            std::string_view exec) override {
+    return cgroup_files::read_procs(sandbox_dir(sandbox) / exec / "cgroup.procs");
+  }
+
   Result<void> kill_exec(std::string_view sandbox, std::string_view exec) override {
     return kill_tree(sandbox_dir(sandbox) / exec);
   }

@@ -23,6 +23,7 @@
 #include "common/random_id.h"
 #include "sandbox/local/files.h"
 #include "sandbox/local/idmap.h"
+#include "sandbox/local/local_process.h"
 #include "sandbox/local/protocol.h"
 #include "sandbox/local/seccomp_filter.h"
 #include "sandbox/local/spawn.h"
@@ -105,14 +106,6 @@ std::filesystem::path default_init_binary() {
   }
   return self.parent_path() / "quarry-init";
 }
-
-// Output of one stream of a running command: kept up to a limit, all of it passed on.
-struct Capture {
-  int fd;
-  OutputStream stream;
-  std::string* text;
-  bool open = true;
-};
 
 }  // namespace
 
@@ -485,8 +478,8 @@ std::vector<std::string> LocalProvider::environment(const ExecRequest& request) 
   return entries;
 }
 
-Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& request) {
-  const auto call_start = Clock::now();
+Result<LocalProvider::Launched> LocalProvider::launch(std::string_view id,
+                                                      const ExecRequest& request, bool with_stdin) {
   if (request.argv.empty() || request.argv[0].empty()) {
     return make_error(ErrorCode::kInvalidArgument, "no command given");
   }
@@ -504,38 +497,69 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
 
   // Each exec gets its own cgroup under the sandbox: its peak memory, OOM kills and CPU time
   // are its own, and killing it on timeout kills everything it started.
-  const std::string exec_name = fmt::format("exec-{}-{}", ::getpid(), exec_counter_++);
-  ASSIGN_OR_RETURN(auto procs,
-                   cgroups_->create_exec(id, exec_name, cgroup_limits(sandbox.record.resources)));
-  struct RemoveExec {
-    CgroupDriver& cgroups;
-    std::string_view sandbox;
-    const std::string& exec;
-    ~RemoveExec() { (void)cgroups.remove_exec(sandbox, exec); }
-  } remove_exec{*cgroups_, id, exec_name};
+  Launched launched{*cgroups_, std::string(id),
+                    fmt::format("exec-{}-{}", ::getpid(), exec_counter_++)};
+  launched.memory_limit_bytes = sandbox.record.resources.memory_bytes;
+  ASSIGN_OR_RETURN(auto procs, cgroups_->create_exec(id, launched.exec,
+                                                     cgroup_limits(sandbox.record.resources)));
+  launched.owns_cgroup = true;
 
   int stdout_pipe[2], stderr_pipe[2];
   if (::pipe2(stdout_pipe, O_CLOEXEC) != 0) return errno_error("pipe");
-  UniqueFd stdout_read(stdout_pipe[0]), stdout_write(stdout_pipe[1]);
+  launched.stdout_read.reset(stdout_pipe[0]);
+  UniqueFd stdout_write(stdout_pipe[1]);
   if (::pipe2(stderr_pipe, O_CLOEXEC) != 0) return errno_error("pipe");
-  UniqueFd stderr_read(stderr_pipe[0]), stderr_write(stderr_pipe[1]);
+  launched.stderr_read.reset(stderr_pipe[0]);
+  UniqueFd stderr_write(stderr_pipe[1]);
+  UniqueFd stdin_theirs;
+  if (with_stdin) {
+    int channel[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, channel) != 0) {
+      return errno_error("socketpair");
+    }
+    launched.channel.reset(channel[0]);
+    stdin_theirs.reset(channel[1]);
+  }
 
-  ASSIGN_OR_RETURN(UniqueFd connection, connect_to(state_.control_socket(id)));
+  ASSIGN_OR_RETURN(launched.connection, connect_to(state_.control_socket(id)));
   std::vector<int> fds = {stdout_write.get(), stderr_write.get()};
+  if (with_stdin) fds.push_back(stdin_theirs.get());
   for (const auto& fd : procs)
     fds.push_back(fd.get());
-  RETURN_IF_ERROR(
-      protocol::send(connection.get(),
-                     protocol::to_json(protocol::ExecRequest{
-                         .argv = request.argv, .env = environment(request), .cwd = cwd}),
-                     fds));
+  RETURN_IF_ERROR(protocol::send(
+      launched.connection.get(),
+      protocol::to_json(protocol::ExecRequest{
+          .argv = request.argv, .env = environment(request), .cwd = cwd, .has_stdin = with_stdin}),
+      fds));
   // Only the command holds the write ends now, so EOF means it and its children are done.
-  stdout_write.reset();
-  stderr_write.reset();
-  procs.clear();
+  return launched;
+}
+
+LocalProvider::Launched::~Launched() {
+  if (owns_cgroup) (void)cgroups.remove_exec(sandbox, exec);
+}
+
+Result<std::unique_ptr<Process>> LocalProvider::start(std::string_view id,
+                                                      const ExecRequest& request) {
+  ASSIGN_OR_RETURN(auto launched, launch(id, request, /*with_stdin=*/true));
+  launched.owns_cgroup = false;  // the process's now
+  return std::make_unique<LocalProcess>(
+      *cgroups_,
+      LocalProcess::Parts{launched.sandbox, launched.exec, std::move(launched.connection),
+                          std::move(launched.channel), std::move(launched.stdout_read),
+                          std::move(launched.stderr_read), launched.memory_limit_bytes});
+}
+
+Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& request) {
+  const auto call_start = Clock::now();
+  ASSIGN_OR_RETURN(auto launched, launch(id, request, /*with_stdin=*/false));
+  const std::string& exec_name = launched.exec;
+  UniqueFd& connection = launched.connection;
+  UniqueFd& stdout_read = launched.stdout_read;
+  UniqueFd& stderr_read = launched.stderr_read;
 
   ExecResult result;
-  result.memory_limit_bytes = sandbox.record.resources.memory_bytes;
+  result.memory_limit_bytes = launched.memory_limit_bytes;
   Capture captures[] = {{stdout_read.get(), OutputStream::kStdout, &result.stdout_text},
                         {stderr_read.get(), OutputStream::kStderr, &result.stderr_text}};
   std::optional<protocol::Reply> exit_message;
@@ -611,20 +635,10 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
         continue;
       }
       for (auto& capture : captures) {
-        if (polls[i].fd != capture.fd) continue;
-        ssize_t n = ::read(capture.fd, buffer, sizeof buffer);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          capture.open = false;
-          continue;
+        if (polls[i].fd == capture.fd) {
+          capture.read(buffer, sizeof buffer, request.output_limit, request.on_output,
+                       result.truncated);
         }
-        std::string_view chunk(buffer, static_cast<size_t>(n));
-        if (request.on_output) request.on_output(capture.stream, chunk);
-        size_t room = request.output_limit > capture.text->size()
-                          ? request.output_limit - capture.text->size()
-                          : 0;
-        if (chunk.size() > room) result.truncated = true;
-        capture.text->append(chunk.substr(0, room));
       }
     }
   }

@@ -34,6 +34,7 @@ class LocalProvider final : public SandboxProvider {
   Result<SandboxInfo> create(const SandboxSpec& spec) override;
   Result<void> prepare(std::string_view id, const PrepareSpec& spec) override;
   Result<ExecResult> exec(std::string_view id, const ExecRequest& request) override;
+  Result<std::unique_ptr<Process>> start(std::string_view id, const ExecRequest& request) override;
   Result<int> stop_commands(std::string_view id) override;
   Result<void> write_file(std::string_view id, std::string_view path,
                           std::istream& content) override;
@@ -66,6 +67,33 @@ class LocalProvider final : public SandboxProvider {
   Result<SandboxInfo> start(const SandboxSpec& spec, const Image& image,
                             const SandboxVolume& volume, Admission& admission);
   std::vector<std::string> environment(const ExecRequest& request) const;
+  // A command started by init in an exec cgroup of its own, with pipes for its output (and,
+  // `with_stdin`, a socket as its stdin); the cgroup is removed with this unless handed on.
+  struct Launched {
+    CgroupDriver& cgroups;
+    std::string sandbox;
+    std::string exec;
+    bool owns_cgroup = false;
+    uint64_t memory_limit_bytes = 0;
+    UniqueFd connection;
+    UniqueFd stdout_read;
+    UniqueFd stderr_read;
+    UniqueFd channel;
+    Launched(CgroupDriver& driver, std::string sandbox_id, std::string exec_name)
+        : cgroups(driver), sandbox(std::move(sandbox_id)), exec(std::move(exec_name)) {}
+    Launched(Launched&& other) noexcept
+        : cgroups(other.cgroups),
+          sandbox(std::move(other.sandbox)),
+          exec(std::move(other.exec)),
+          owns_cgroup(std::exchange(other.owns_cgroup, false)),
+          memory_limit_bytes(other.memory_limit_bytes),
+          connection(std::move(other.connection)),
+          stdout_read(std::move(other.stdout_read)),
+          stderr_read(std::move(other.stderr_read)),
+          channel(std::move(other.channel)) {}
+    ~Launched();
+  };
+  Result<Launched> launch(std::string_view id, const ExecRequest& request, bool with_stdin);
   // Admits a new sandbox's limits against the host (memory and CPU, admit_to_host) and the
   // volume (disk, SandboxVolume::admit), counting every recorded sandbox and those being
   // created. The returned guard keeps the limits counted while the sandbox is created; once

@@ -166,6 +166,7 @@ std::string message_type(const nlohmann::json& body) {
 nlohmann::json to_json(const ExecRequest& request) {
   nlohmann::json body = {{"type", "exec"}, {"argv", request.argv}, {"env", request.env}};
   if (request.cwd) body["cwd"] = *request.cwd;
+  if (request.has_stdin) body["stdin"] = true;
   return body;
 }
 
@@ -178,6 +179,8 @@ Result<ExecRequest> exec_request_from_json(const nlohmann::json& body) {
     body.at("argv").get_to(request.argv);
     body.at("env").get_to(request.env);
     if (auto cwd = body.find("cwd"); cwd != body.end()) request.cwd = cwd->get<std::string>();
+    if (auto input = body.find("stdin"); input != body.end())
+      request.has_stdin = input->get<bool>();
     if (request.argv.empty()) {
       return make_error(ErrorCode::kInvalidArgument, "malformed exec request: argv is empty");
     }

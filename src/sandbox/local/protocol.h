@@ -61,10 +61,13 @@ std::string message_type(const nlohmann::json& body);
 // exec: a command for init to start, as the host asks for it. init reads it with
 // exec_request_from_json, which refuses a request of the wrong shape before anything starts.
 // Every member has a default, so designated initializers may name only what they set.
+// The descriptors that come with it: stdout, stderr, then stdin if `stdin` is set, then the
+// exec cgroup's cgroup.procs files (one per hierarchy).
 struct ExecRequest {
   std::vector<std::string> argv{};   // not empty; argv[0] is looked up in env's PATH
   std::vector<std::string> env{};    // "NAME=value"
   std::optional<std::string> cwd{};  // unset: the sandbox user's home
+  bool has_stdin = false;            // a descriptor for stdin comes (else it is /dev/null)
 };
 
 nlohmann::json to_json(const ExecRequest& request);

@@ -41,16 +41,17 @@ void report(int fd, const std::string& text) {
                                 const protocol::Setup& setup) {
   const int stdout_fd = fds[0].get();
   const int stderr_fd = fds[1].get();
+  const int stdin_fd = request.has_stdin ? fds[2].get() : -1;
   // Join the exec's cgroups first, so everything the command does is measured.
-  for (size_t i = 2; i < fds.size(); ++i) {
+  for (size_t i = request.has_stdin ? 3 : 2; i < fds.size(); ++i) {
     if (::write(fds[i].get(), "0", 1) != 1) {
       report(stderr_fd, fmt::format("joining the exec cgroup failed: {}", strerror(errno)));
       ::_exit(126);
     }
   }
   ::setsid();
-  int null_fd = ::open("/dev/null", O_RDONLY);
-  if (null_fd < 0 || ::dup2(null_fd, STDIN_FILENO) < 0 || ::dup2(stdout_fd, STDOUT_FILENO) < 0 ||
+  const int input_fd = stdin_fd >= 0 ? stdin_fd : ::open("/dev/null", O_RDONLY);
+  if (input_fd < 0 || ::dup2(input_fd, STDIN_FILENO) < 0 || ::dup2(stdout_fd, STDOUT_FILENO) < 0 ||
       ::dup2(stderr_fd, STDERR_FILENO) < 0) {
     report(stderr_fd, fmt::format("setting up stdio failed: {}", strerror(errno)));
     ::_exit(126);
@@ -161,8 +162,8 @@ class Server {
       fail(request.error().message);
       return;
     }
-    if (message->fds.size() < 2) {
-      fail("malformed exec request: no stdout and stderr descriptors");
+    if (message->fds.size() < (request->has_stdin ? 3u : 2u)) {
+      fail("malformed exec request: no stdout, stderr and stdin descriptors");
       return;
     }
     const int64_t started = monotonic_ns();
