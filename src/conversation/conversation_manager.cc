@@ -42,6 +42,7 @@ std::string command_line(const std::vector<std::string>& argv) {
 
 // What the agent is told when its files did not survive.
 std::string replacement_notice(SandboxLifecycle previous, const std::vector<std::string>& files,
+                               const std::vector<std::string>& kernel_names,
                                std::chrono::milliseconds idle_timeout) {
   std::string why = previous == kDead
                         ? "the previous one stopped"
@@ -50,9 +51,17 @@ std::string replacement_notice(SandboxLifecycle previous, const std::vector<std:
                               "was needed by another conversation, or the server restarted)",
                               format_duration(idle_timeout));
   std::string text = fmt::format("Note: this runs in a new sandbox; {}.", why);
-  if (files.empty()) return text + " Files created there earlier are gone.";
-  return text + fmt::format(" Files written there earlier are gone and must be created again: {}.",
-                            fmt::join(files, ", "));
+  if (files.empty()) {
+    text += " Files created there earlier are gone.";
+  } else {
+    text += fmt::format(" Files written there earlier are gone and must be created again: {}.",
+                        fmt::join(files, ", "));
+  }
+  if (!kernel_names.empty()) {
+    text += fmt::format(" Its Python kernel is gone with it, and what it held: {}.",
+                        fmt::join(kernel_names, "; "));
+  }
+  return text;
 }
 
 }  // namespace
@@ -224,6 +233,7 @@ Result<void> ConversationManager::delete_conversation(std::string_view conversat
   ASSIGN_OR_RETURN(auto reference, history_.sandbox_reference(conversation.id));
   const SandboxLifecycle state = state_of(reference);
   if ((holds_sandbox(state) || state == kStarting) && !reference.sandbox_id.empty()) {
+    drop_residents(conversation.id);
     if (auto destroyed = scheduler_->destroy(reference.sandbox_id);
         !destroyed && destroyed.error().code != ErrorCode::kNotFound) {
       return std::unexpected(destroyed.error().with_context("deleting the conversation's sandbox"));
@@ -265,6 +275,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   const SandboxLifecycle previous = state;
   const std::string previous_id = reference.sandbox_id;
   const std::vector<std::string> lost_files = reference.files;
+  const std::vector<std::string> lost_names = reference.kernel_names;
   capacity::Request request;
   request.user = turn.owner;
   request.conversation_id = conversation;
@@ -298,6 +309,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   }
   reference.sandbox_id = granted->sandbox_id;
   reference.files.clear();
+  reference.kernel_names.clear();
   const char* start = granted->warm ? "warm" : "cold";
   RETURN_IF_ERROR(move(turn, kStarting, start));
   RETURN_IF_ERROR(move(turn, kAssigned, ""));
@@ -311,9 +323,11 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   if (!previous_id.empty() && (previous == kDead || previous == kDeleted)) {
     if (previous == kDead) {
       RETURN_IF_ERROR(record(turn, "sandbox_replaced", granted->sandbox_id, "dead",
-                             {{"previous", previous_id}, {"lost_files", lost_files}}));
+                             {{"previous", previous_id},
+                              {"lost_files", lost_files},
+                              {"lost_kernel_names", lost_names}}));
     }
-    turn.notice = replacement_notice(previous, lost_files, options_.idle_timeout);
+    turn.notice = replacement_notice(previous, lost_files, lost_names, options_.idle_timeout);
   }
   RETURN_IF_ERROR(move(turn, kBusy, ""));
   return reference.sandbox_id;
@@ -322,6 +336,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
 Result<void> ConversationManager::mark_dead(TurnContext& turn, std::string_view why) {
   auto& reference = turn.reference;
   RETURN_IF_ERROR(move(turn, kDead, why));
+  drop_residents(turn.conversation_id);
   (void)scheduler_->destroy(reference.sandbox_id);
   return record(turn, "sandbox_deleted", reference.sandbox_id, "dead");
 }
@@ -359,6 +374,7 @@ Result<bool> ConversationManager::delete_between_turns(
   // Read again under the lock: the reference may have moved on since it was listed.
   ASSIGN_OR_RETURN(auto reference, history_.sandbox_reference(conversation_id));
   if (reference.sandbox_id != sandbox_id || !still(reference)) return false;
+  drop_residents(conversation_id);
   if (auto destroyed = scheduler_->destroy(sandbox_id);
       !destroyed && destroyed.error().code != ErrorCode::kNotFound) {
     return std::unexpected(destroyed.error());
@@ -407,6 +423,7 @@ Result<int> ConversationManager::shutdown() {
                      delete_between_turns(conversation_id, reference.sandbox_id, "shutdown", held));
     deleted += done;
   }
+  drop_residents("");
   return deleted + scheduler_->shutdown();
 }
 
@@ -529,6 +546,85 @@ Result<std::vector<sandbox::FileInfo>> LazySandbox::list_files(std::string_view 
   return on_sandbox("stopped", [&](const std::string& id) {
     return manager_.provider_.list_files(id, directory);
   });
+}
+
+sandbox::Process* ConversationManager::resident(const TurnContext& turn, std::string_view name) {
+  std::unique_ptr<sandbox::Process> stale;
+  {
+    std::lock_guard lock(residents_mutex_);
+    auto found = residents_.find(std::pair{turn.conversation_id, std::string(name)});
+    if (found == residents_.end()) return nullptr;
+    if (found->second.sandbox_id == turn.reference.sandbox_id && found->second.process->alive()) {
+      return found->second.process.get();
+    }
+    stale = std::move(found->second.process);
+    residents_.erase(found);
+  }
+  return nullptr;  // `stale` is killed here, outside the lock
+}
+
+sandbox::Process* ConversationManager::keep_resident(const TurnContext& turn, std::string_view name,
+                                                     std::unique_ptr<sandbox::Process> process) {
+  std::unique_ptr<sandbox::Process> replaced;
+  std::lock_guard lock(residents_mutex_);
+  auto& slot = residents_[std::pair{turn.conversation_id, std::string(name)}];
+  replaced = std::move(slot.process);
+  slot.sandbox_id = turn.reference.sandbox_id;
+  slot.process = std::move(process);
+  return slot.process.get();
+}
+
+void ConversationManager::drop_residents(std::string_view conversation_id, std::string_view name) {
+  std::vector<std::unique_ptr<sandbox::Process>> dropped;
+  {
+    std::lock_guard lock(residents_mutex_);
+    for (auto it = residents_.begin(); it != residents_.end();) {
+      const bool match = conversation_id.empty() || (it->first.first == conversation_id &&
+                                                     (name.empty() || it->first.second == name));
+      if (match) {
+        dropped.push_back(std::move(it->second.process));
+        it = residents_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+sandbox::Process* LazySandbox::process(std::string_view name) {
+  return manager_.resident(turn_, name);
+}
+
+Result<sandbox::Process*> LazySandbox::start_process(std::string_view name,
+                                                     const sandbox::ExecRequest& request) {
+  ASSIGN_OR_RETURN(auto started, on_sandbox("stopped", [&](const std::string& id) {
+                     return manager_.provider_.start(id, request);
+                   }));
+  return manager_.keep_resident(turn_, name, std::move(started));
+}
+
+void LazySandbox::stop_process(std::string_view name) {
+  manager_.drop_residents(turn_.conversation_id, name);
+}
+
+Result<void> LazySandbox::record_step(std::string_view command, const sandbox::ExecResult& result,
+                                      std::chrono::system_clock::time_point started) {
+  ExecRecord record;
+  record.turn = turn_.number;
+  record.tool_call_id = turn_.step_call_id;
+  record.tool = turn_.step_tool;
+  record.sandbox_id = turn_.reference.sandbox_id;
+  record.command = std::string(command);
+  record.result = result;
+  record.started_at = started;
+  RETURN_IF_ERROR(manager_.history_.record_exec(turn_.conversation_id, std::move(record)));
+  return {};
+}
+
+Result<void> LazySandbox::set_kernel_names(std::vector<std::string> names) {
+  if (names == turn_.reference.kernel_names) return {};
+  turn_.reference.kernel_names = std::move(names);
+  return manager_.history_.set_sandbox_reference(turn_.conversation_id, turn_.reference);
 }
 
 }  // namespace quarry::conversation

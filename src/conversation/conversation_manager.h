@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -128,12 +130,28 @@ class ConversationManager {
                                     const std::string& sandbox_id, std::string_view reason,
                                     const std::function<bool(const SandboxReference&)>& still);
 
+  // The conversation's process `name` if it runs in the turn's sandbox (nullptr if not).
+  sandbox::Process* resident(const TurnContext& turn, std::string_view name);
+  sandbox::Process* keep_resident(const TurnContext& turn, std::string_view name,
+                                  std::unique_ptr<sandbox::Process> process);
+  // Kills a conversation's processes (`name`, or all of them): their sandbox is going, or their
+  // user is done with them.
+  void drop_residents(std::string_view conversation_id, std::string_view name = {});
+
   sandbox::SandboxProvider& provider_;
   HistoryStore& history_;
   const Clock& clock_;
   ManagerOptions options_;
   std::string boot_id_;
   std::unique_ptr<capacity::Scheduler> scheduler_;
+  // Long-running processes in conversations' sandboxes (their Python kernels), by (conversation,
+  // name); each turn uses only its own conversation's, so the lock guards only the map.
+  struct Resident {
+    std::string sandbox_id;
+    std::unique_ptr<sandbox::Process> process;
+  };
+  std::mutex residents_mutex_;
+  std::map<std::pair<std::string, std::string>, Resident, std::less<>> residents_;
 };
 
 // A running turn: holds the conversation's turn lock and its LazySandbox. Ending the turn

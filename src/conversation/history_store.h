@@ -140,6 +140,9 @@ struct SandboxReference {
   std::string sandbox_id;     // empty when there is none
   std::optional<Clock::time_point> last_used_at;
   std::vector<std::string> files;  // paths written into this sandbox that a replacement lacks
+  // What its Python kernel holds ("df: polars.DataFrame 6351 x 4"), which a replacement, or a
+  // kernel started again, lacks.
+  std::vector<std::string> kernel_names;
 };
 
 // Held while a turn runs; released when destroyed, or when the process holding it dies.

@@ -8,6 +8,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conversation/history_store.h"
@@ -53,6 +54,24 @@ class LazySandbox {
   Result<Execution> execute(sandbox::ExecRequest request);
   Result<uint64_t> read_file(std::string_view path, std::ostream& out, uint64_t max_bytes);
   Result<std::vector<sandbox::FileInfo>> list_files(std::string_view directory);
+
+  // A process that stays between steps and turns (the Python kernel), in this conversation's
+  // sandbox: the one named `name` if it runs there (nullptr if not), one started anew (the
+  // sandbox made first if need be), or stopped. It goes with the sandbox.
+  sandbox::Process* process(std::string_view name);
+  Result<sandbox::Process*> start_process(std::string_view name,
+                                          const sandbox::ExecRequest& request);
+  void stop_process(std::string_view name);
+  // What the model should hear once about the sandbox since the last execute: that it is a
+  // new one, and what the old one held.
+  std::optional<std::string> take_notice() { return std::exchange(turn_.notice, std::nullopt); }
+  // Records a step of such a process as an execution, with its metering.
+  Result<void> record_step(std::string_view command, const sandbox::ExecResult& result,
+                           std::chrono::system_clock::time_point started);
+  // What the sandbox's Python kernel holds, kept in the history beside its files, so that a
+  // replacement or a kernel started again can say what is gone.
+  const std::vector<std::string>& kernel_names() const { return turn_.reference.kernel_names; }
+  Result<void> set_kernel_names(std::vector<std::string> names);
 
  private:
   friend class Turn;

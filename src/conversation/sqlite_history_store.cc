@@ -21,7 +21,7 @@ namespace {
 constexpr int kApplicationId = 0x71727279;
 
 // Migration N takes the schema from version N-1 to N. Append only; never edit a shipped one.
-constexpr std::array<std::string_view, 2> kMigrations = {R"sql(
+constexpr std::array<std::string_view, 3> kMigrations = {R"sql(
 CREATE TABLE conversations (
   id TEXT PRIMARY KEY,
   title TEXT NOT NULL,
@@ -123,7 +123,14 @@ CREATE TABLE stream_events (
   data TEXT NOT NULL,
   PRIMARY KEY (conversation_id, turn, seq)
 ) WITHOUT ROWID;
+)sql",
+                                                         R"sql(
+-- Version 3: what a sandbox's Python kernel holds, told when it is gone.
+ALTER TABLE sandbox_references ADD COLUMN kernel_names TEXT NOT NULL DEFAULT '[]';
 )sql"};
+
+static_assert(kMigrations.size() == SqliteHistoryStore::kSchemaVersion,
+              "one migration per schema version");
 
 // Every table holding rows of a conversation, children before the conversations table.
 constexpr std::array<std::string_view, 7> kConversationTables = {
@@ -362,7 +369,8 @@ void bind_exec_filter(Statement& statement, const ExecQuery& query) {
 }
 
 // A sandbox reference is these columns, in this order, of sandbox_references.
-constexpr std::string_view kReferenceColumns = "state, sandbox_id, last_used_at, files";
+constexpr std::string_view kReferenceColumns =
+    "state, sandbox_id, last_used_at, files, kernel_names";
 
 // The reference whose kReferenceColumns start at column `first` of `row`.
 SandboxReference reference_from(const Statement& row, int first) {
@@ -370,8 +378,11 @@ SandboxReference reference_from(const Statement& row, int first) {
   reference.state = row.text(first);
   reference.sandbox_id = row.text(first + 1);
   if (!row.is_null(first + 2)) reference.last_used_at = from_unix_ms(row.integer(first + 2));
-  auto files = nlohmann::json::parse(row.text(first + 3), nullptr, false);
-  if (files.is_array()) reference.files = files.get<std::vector<std::string>>();
+  for (auto [column, list] :
+       {std::pair{first + 3, &reference.files}, std::pair{first + 4, &reference.kernel_names}}) {
+    auto names = nlohmann::json::parse(row.text(column), nullptr, false);
+    if (names.is_array()) *list = names.get<std::vector<std::string>>();
+  }
   return reference;
 }
 
@@ -1009,9 +1020,10 @@ Result<void> SqliteHistoryStore::set_sandbox_reference(std::string_view conversa
   std::lock_guard lock(mutex_);
   Statement upsert(db_,
                    "INSERT INTO sandbox_references (conversation_id, state, sandbox_id, "
-                   "last_used_at, files) VALUES (?, ?, ?, ?, ?) ON CONFLICT (conversation_id) "
-                   "DO UPDATE SET state = excluded.state, sandbox_id = excluded.sandbox_id, "
-                   "last_used_at = excluded.last_used_at, files = excluded.files");
+                   "last_used_at, files, kernel_names) VALUES (?, ?, ?, ?, ?, ?) "
+                   "ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, "
+                   "sandbox_id = excluded.sandbox_id, last_used_at = excluded.last_used_at, "
+                   "files = excluded.files, kernel_names = excluded.kernel_names");
   upsert.bind(1, conversation_id).bind(2, reference.state).bind(3, reference.sandbox_id);
   if (reference.last_used_at) {
     upsert.bind(4, to_unix_ms(*reference.last_used_at));
@@ -1019,6 +1031,7 @@ Result<void> SqliteHistoryStore::set_sandbox_reference(std::string_view conversa
     upsert.bind_null(4);
   }
   upsert.bind(5, nlohmann::json(reference.files).dump());
+  upsert.bind(6, nlohmann::json(reference.kernel_names).dump());
   if (int rc = upsert.step(); rc != SQLITE_DONE) {
     return sql_error(rc, "recording a sandbox reference");
   }
