@@ -16,7 +16,7 @@ Tools:
 - query_database(sql): one read-only SQL statement for small answers; at most {max_rows} rows come back. Use it to look at tables and columns first, and for aggregates you can read directly.
 - export_query(sql, filename): runs one read-only SQL statement and writes its rows as Parquet to {data_dir}/<filename> in the sandbox, without the rows passing through you (at most {export_rows} rows). Use it for the data your Python code needs. Its result lists each column's type in the file, with a note where it is not the obvious one (for example a column kept as PostgreSQL's text).
 - write_file(path, content): writes a file in the sandbox, such as a script.
-- run_python(path or code, expected_outputs): runs Python in the sandbox ({cpus} CPU, {memory} of memory, {timeout} per run) and returns its output with its run time and peak memory. List in expected_outputs the files the code must write; the system checks them.
+- run_python(path or code, expected_outputs, fresh): runs Python in the sandbox ({cpus} CPU, {memory} of memory, {timeout} per run) and returns its output with its run time and peak memory. It runs in a kernel that keeps variables, imports and loaded data between steps, like a notebook: read a file once, then work on it in later steps. The value of a last expression is printed; matplotlib figures left open are saved as PNG. fresh: true runs in a new process. List in expected_outputs the files the code must write; the system checks them.
 - list_outputs(): the files in {output_dir}.
 
 Files: data you export is in {data_dir}; put results for the user (charts, tables) in {output_dir}. Files there of these types reach the user: {artifact_types}. Python packages available: {packages}.

@@ -53,14 +53,22 @@ std::vector<ToolSchema> make_definitions(const Config& config) {
         {"additionalProperties", false}}},
       {"run_python",
        fmt::format("Run Python in the sandbox: a script written earlier (path) or code given "
-                   "here (code). Returns its output, exit code, run time and peak memory. Limits: "
-                   "{} of memory, {} per run, no network.",
-                   format_size(sandbox.resources.memory_bytes),
+                   "here (code). It runs in the conversation's Python kernel, which keeps "
+                   "variables, imports and loaded data from one step to the next (load data "
+                   "once, then reuse it); the value of a last expression is printed, and "
+                   "matplotlib figures left open are saved as PNG in {}. Returns its output, "
+                   "run time, CPU time and peak memory. Limits: {} of memory, {} per run, no "
+                   "network.",
+                   sandbox.output_dir, format_size(sandbox.resources.memory_bytes),
                    format_duration(sandbox.exec_timeout)),
        {{"type", "object"},
         {"properties",
          {{"path", string_property("a script in the sandbox, e.g. analysis.py")},
           {"code", string_property("Python source to run")},
+          {"fresh",
+           {{"type", "boolean"},
+            {"description",
+             "true: run in a new Python process; what earlier steps defined is dropped"}}},
           {"expected_outputs",
            {{"type", "array"},
             {"items", {{"type", "string"}}},
@@ -143,7 +151,8 @@ Toolbox::Toolbox(ToolEnvironment environment)
     : environment_(std::move(environment)),
       definitions_(make_definitions(environment_.config)),
       collector_(environment_.config.sandbox.output_dir, environment_.state_dir / "artifacts",
-                 environment_.config.sandbox.artifacts) {}
+                 environment_.config.sandbox.artifacts),
+      kernel_(environment_.config) {}
 
 ToolResult Toolbox::call(const ToolCall& call, conversation::Turn& turn, const ToolIo& io) {
   const auto started = std::chrono::steady_clock::now();
@@ -259,17 +268,23 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
   }
   auto& sandbox = turn.sandbox();
   std::string script;
+  std::string code;
+  const std::string step_name = fmt::format("turn{}_step{}", turn.number(), ++scripts_);
   if (has_code) {
-    // Run from a file, so tracebacks name lines the model can find. Relative paths are taken
-    // from the sandbox user's home, where commands start.
-    script = fmt::format(".steps/turn{}_step{}.py", turn.number(), ++scripts_);
-    if (auto written =
-            sandbox.write_file(script, std::string_view(arguments["code"].get<std::string>()));
-        !written) {
+    // Kept as a file, so tracebacks name lines the model can find and it can run it again.
+    // Relative paths are taken from the sandbox user's home, where commands start.
+    script = fmt::format(".steps/{}.py", step_name);
+    code = arguments["code"].get<std::string>();
+    if (auto written = sandbox.write_file(script, std::string_view(code)); !written) {
       return failed(fmt::format("run_python: {}", written.error().message));
     }
   } else {
     script = arguments["path"];
+    std::ostringstream text;
+    if (auto read = sandbox.read_file(script, text, kMaxFileContent); !read) {
+      return failed(fmt::format("run_python: {}", read.error().message));
+    }
+    code = text.str();
   }
   // An output directory too big to list does not stop the code (it may be what clears it);
   // nothing is collected after it then, and the result says why.
@@ -278,27 +293,47 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
     return failed(fmt::format("run_python: {}", before.error().message));
   }
 
-  sandbox::ExecRequest request;
-  request.argv = {"python", script};
-  request.timeout = environment_.config.sandbox.exec_timeout;
-  request.output_limit = environment_.config.sandbox.output_limit_bytes;
-  request.cancel_fd = io.cancel_fd;
-  request.on_output = io.on_output;
-  auto execution = sandbox.execute(request);
-  if (!execution) {
-    ToolResult tool = failed(fmt::format("run_python: {}", execution.error().message));
-    tool.failure = {FailureKind::kEnvironment, "sandbox", execution.error().message};
-    tool.cancelled = execution.error().code == ErrorCode::kCancelled;
+  // In the conversation's kernel; as a command of its own where the provider keeps no process.
+  const bool fresh = arguments.value("fresh", false);
+  std::vector<std::string> notes;
+  std::optional<sandbox::ExecResult> ran;
+  bool cancelled = false;
+  auto stepped = kernel_.run(sandbox, {code, script, fresh, step_name}, io);
+  if (stepped) {
+    ran = std::move(stepped->exec);
+    notes = std::move(stepped->notes);
+    cancelled = stepped->cancelled;
+  } else if (stepped.error().code == ErrorCode::kFailedPrecondition) {
+    sandbox::ExecRequest request;
+    request.argv = {"python", script};
+    request.timeout = environment_.config.sandbox.exec_timeout;
+    request.output_limit = environment_.config.sandbox.output_limit_bytes;
+    request.cancel_fd = io.cancel_fd;
+    request.on_output = io.on_output;
+    auto execution = sandbox.execute(request);
+    if (execution) {
+      ran = std::move(execution->result);
+      if (execution->notice) notes.push_back(*execution->notice);
+    } else {
+      stepped = std::unexpected(execution.error());
+    }
+  }
+  if (!ran) {
+    ToolResult tool = failed(fmt::format("run_python: {}", stepped.error().message));
+    tool.failure = {FailureKind::kEnvironment, "sandbox", stepped.error().message};
+    tool.cancelled = stepped.error().code == ErrorCode::kCancelled;
     return tool;
   }
-  const auto& result = execution->result;
+  const auto& result = *ran;
   ToolResult tool;
   tool.exec = result;
+  tool.cancelled = cancelled;
   tool.failure = classify(result, environment_.config.sandbox.packages);
-  tool.ok = tool.failure.kind == FailureKind::kNone;
+  tool.ok = tool.failure.kind == FailureKind::kNone && !cancelled;
 
   std::string content;
-  if (execution->notice) content += *execution->notice + "\n";
+  for (const auto& note : notes)
+    content += note + "\n";
   content += sandbox::metering_line(result);
   if (result.message) content += "\n" + *result.message;
   if (!result.stdout_text.empty()) {
@@ -311,7 +346,7 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
   }
   if (result.truncated) {
     content += fmt::format("\n(The output was longer than {} per stream and was cut; print less.)",
-                           format_size(request.output_limit));
+                           format_size(environment_.config.sandbox.output_limit_bytes));
   }
 
   auto collected = before ? collector_.collect(turn, *before, environment_.history)

@@ -12,6 +12,7 @@
 
 #include "agent/artifacts.h"
 #include "agent/failure.h"
+#include "agent/kernel.h"
 #include "agent/model_client.h"
 #include "config/config.h"
 #include "conversation/conversation_manager.h"
@@ -66,6 +67,7 @@ class Toolbox {
   ToolEnvironment environment_;
   std::vector<ToolSchema> definitions_;
   ArtifactCollector collector_;
+  PythonKernel kernel_;
   int scripts_ = 0;  // inline code written to files so far
 };
 

@@ -211,7 +211,7 @@ TEST_F(AgentScenarioTest, ACodeErrorGoesBackAsATracebackAndTheFixWorks) {
             std::string::npos);
   EXPECT_EQ(runs[1].result.exit_code, 0);
   EXPECT_EQ(runs[1].result.stdout_text, "6\n");
-  EXPECT_EQ(runs[0].command, "python count.py");
+  EXPECT_EQ(runs[0].command, "python count.py (kernel)");
 }
 
 TEST_F(AgentScenarioTest, AFollowUpTurnReusesTheFilesOfThePreviousOne) {

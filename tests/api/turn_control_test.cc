@@ -164,9 +164,9 @@ TEST(TurnControl, CancelWhileACommandRunsKillsItAndTheNextTurnKnows) {
   ASSERT_EQ(cancelled.status, 202);
   auto stream = turn.finish();
   EXPECT_EQ(stream.events.back().data["status"], "cancelled");
-  // The command is gone from the sandbox, with the child it started; the sandbox stays for the
-  // next turn.
-  EXPECT_EQ(host_processes_of(sandbox_id).size(), 1u);
+  // The step is stopped and the child it started is killed; the Python kernel it ran in and the
+  // sandbox stay for the next turn: init and the kernel.
+  EXPECT_EQ(host_processes_of(sandbox_id).size(), 2u);
   auto document = api.get("/api/v1/conversations/" + id);
   EXPECT_EQ(document.json["turns"][0]["status"], "cancelled");
   EXPECT_EQ(document.json["sandbox"]["state"], "idle");

@@ -1,0 +1,311 @@
+// The Python kernel over real sandboxes, through run_python as the agent calls it: state kept
+// between steps and turns, fresh processes, each step metered on its own, the last
+// expression's value and figures, OOM and timeouts with what the model is told, and a kernel
+// that goes with its sandbox.
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agent/tools.h"
+#include "conversation/conversation_manager.h"
+#include "conversation/sqlite_history_store.h"
+#include "sandbox_environment.h"
+
+namespace quarry::testing {
+namespace {
+
+using agent::ToolResult;
+using conversation::ConversationManager;
+using conversation::SqliteHistoryStore;
+
+class KernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto& environment = SandboxEnvironment::get();
+    config_ = environment.config();
+    config_.sandbox.exec_timeout = std::chrono::seconds(20);
+    db_ = environment.state_dir() /
+          fmt::format("history-{}.db",
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove(db_);
+    auto store = SqliteHistoryStore::open(db_, clock_);
+    ASSERT_TRUE(store) << store.error().message;
+    history_ = std::move(*store);
+    conversation::ManagerOptions options;
+    options.instance_id = fmt::format("kernel-test-{}", ::getpid());
+    options.spec.resources = config_.sandbox.resources;
+    options.prepare.directories = {config_.sandbox.data_dir, config_.sandbox.output_dir};
+    manager_ =
+        std::make_unique<ConversationManager>(environment.provider(), *history_, clock_, options);
+    conversation_ = history_->create_conversation("kernel")->id;
+  }
+  void TearDown() override {
+    turn_.reset();
+    if (manager_) (void)manager_->shutdown();
+  }
+
+  conversation::Turn& turn() {
+    if (!turn_) {
+      auto begun = manager_->begin_turn(conversation_);
+      EXPECT_TRUE(begun) << begun.error().message;
+      turn_ = std::move(*begun);
+    }
+    return *turn_;
+  }
+  void next_turn() { turn_.reset(); }
+
+  // One run_python call, as the model would make it.
+  ToolResult python(const std::string& code, nlohmann::json extra = nlohmann::json::object(),
+                    const agent::ToolIo& io = {}) {
+    extra["code"] = code;
+    agent::Toolbox toolbox({config_, make_error(ErrorCode::kUnavailable, "no database here"),
+                            *history_, SandboxEnvironment::get().state_dir()});
+    return toolbox.call({fmt::format("call-{}", ++calls_), "run_python", extra.dump()}, turn(), io);
+  }
+
+  ManualClock clock_;
+  Config config_;
+  std::filesystem::path db_;
+  std::unique_ptr<SqliteHistoryStore> history_;
+  std::unique_ptr<ConversationManager> manager_;
+  std::unique_ptr<conversation::Turn> turn_;
+  std::string conversation_;
+  int calls_ = 0;
+};
+
+TEST_F(KernelTest, VariablesImportsAndDataStayBetweenStepsAndTurns) {
+  auto first = python(
+      "import polars as pl\n"
+      "df = pl.DataFrame({'device': ['phone', 'tv', 'phone'], 'minutes': [3, 40, 5]})\n"
+      "count = 3\n");
+  ASSERT_TRUE(first.ok) << first.content;
+  // A later step sees the import, the variable and the DataFrame; its last expression's value
+  // is shown, a DataFrame as its table.
+  auto second =
+      python("count += 1\ndf.group_by('device').agg(pl.col('minutes').sum()).sort('device')");
+  ASSERT_TRUE(second.ok) << second.content;
+  EXPECT_NE(second.content.find("│ phone  ┆ 8 "), std::string::npos) << second.content;
+  EXPECT_NE(second.content.find("shape: (2, 2)"), std::string::npos) << second.content;
+  next_turn();
+  auto third = python("print(count, df.height)");
+  ASSERT_TRUE(third.ok) << third.content;
+  EXPECT_NE(third.content.find("4 3"), std::string::npos) << third.content;
+  // A step with an error keeps what came before it, and the error goes to the model.
+  auto broken = python("count = 100\nundefined_name + 1");
+  EXPECT_FALSE(broken.ok);
+  EXPECT_NE(broken.content.find("NameError: name 'undefined_name' is not defined"),
+            std::string::npos)
+      << broken.content;
+  EXPECT_NE(broken.content.find("File \".steps/turn2_step1.py\", line 2"), std::string::npos)
+      << "the traceback names the step's file and line:\n"
+      << broken.content;
+  EXPECT_EQ(broken.content.find("<string>"), std::string::npos)
+      << "the kernel's own frames are not the model's business";
+  EXPECT_EQ(broken.failure.kind, agent::FailureKind::kCode);
+  EXPECT_NE(python("print(count)").content.find("100"), std::string::npos);
+
+  // What the kernel holds is in the history, for when it is gone.
+  auto reference = history_->sandbox_reference(conversation_);
+  ASSERT_TRUE(reference);
+  const auto& names = reference->kernel_names;
+  EXPECT_NE(std::find(names.begin(), names.end(), "df: polars.DataFrame 3 x 2"), names.end())
+      << nlohmann::json(names);
+  EXPECT_NE(std::find(names.begin(), names.end(), "pl: module"), names.end());
+}
+
+TEST_F(KernelTest, FreshStartsACleanProcess) {
+  ASSERT_TRUE(python("secret = 42").ok);
+  auto fresh = python("print('secret' in dir())", {{"fresh", true}});
+  ASSERT_TRUE(fresh.ok) << fresh.content;
+  EXPECT_NE(fresh.content.find("False"), std::string::npos) << fresh.content;
+  EXPECT_NE(fresh.content.find("what the kernel held before is gone: secret: int"),
+            std::string::npos)
+      << fresh.content;
+}
+
+// Each step's peak memory and CPU time are its own, not the kernel's so far.
+TEST_F(KernelTest, EachStepIsMeteredAlone) {
+  auto heavy = python(
+      "import time\n"
+      "block = bytearray(300 * 1024 * 1024)\n"
+      "for i in range(0, len(block), 4096): block[i] = 1\n"
+      "del block\n"
+      "t = time.process_time()\n"
+      "while time.process_time() - t < 0.4: pass\n");
+  ASSERT_TRUE(heavy.ok) << heavy.content;
+  ASSERT_TRUE(heavy.exec);
+  EXPECT_GT(heavy.exec->peak_memory_bytes, 300u * 1024 * 1024);
+  EXPECT_GT(heavy.exec->cpu_ms, 350);
+  auto light = python("x = 1");
+  ASSERT_TRUE(light.ok) << light.content;
+  ASSERT_TRUE(light.exec);
+  EXPECT_LT(light.exec->peak_memory_bytes, 200u * 1024 * 1024)
+      << "the heavy step's peak belongs to it alone";
+  EXPECT_LT(light.exec->cpu_ms, 100);
+  EXPECT_LT(light.exec->run_ms, heavy.exec->run_ms);
+  // Recorded like any execution, with its metering.
+  auto execs = history_->execs(conversation_);
+  ASSERT_TRUE(execs);
+  ASSERT_EQ(execs->size(), 2u);
+  EXPECT_GT((*execs)[0].result.peak_memory_bytes, 300u * 1024 * 1024);
+  EXPECT_NE((*execs)[1].command.find("(kernel)"), std::string::npos);
+}
+
+TEST_F(KernelTest, FiguresLeftOpenAreSavedAsPng) {
+  auto chart = python(
+      "import matplotlib.pyplot as plt\n"
+      "plt.plot([1, 2, 3], [3, 1, 2])\n"
+      "plt.title('minutes')\n");
+  ASSERT_TRUE(chart.ok) << chart.content;
+  ASSERT_EQ(chart.artifacts.size(), 1u) << chart.content;
+  EXPECT_EQ(chart.artifacts[0].type, "png");
+  EXPECT_GT(chart.artifacts[0].size_bytes, 1000u);
+  EXPECT_NE(chart.content.find("Saved for the user: /home/sandbox/outputs/figure_"),
+            std::string::npos)
+      << chart.content;
+  // Closed once saved: the next step saves none again.
+  EXPECT_TRUE(python("x = 1").artifacts.empty());
+  // A figure the code saved itself is not saved a second time.
+  auto saved = python(
+      "plt.bar(['a', 'b'], [1, 2])\n"
+      "plt.savefig('/home/sandbox/outputs/bars.png')\n");
+  ASSERT_TRUE(saved.ok) << saved.content;
+  ASSERT_EQ(saved.artifacts.size(), 1u) << saved.content;
+  EXPECT_EQ(saved.artifacts[0].name, "bars.png");
+}
+
+TEST_F(KernelTest, OutOfMemoryLosesTheStateSaysWhatAndTheNextStepWorks) {
+  ASSERT_TRUE(python("kept = list(range(10))").ok);
+  auto oom = python(
+      "chunks = []\n"
+      "while True: chunks.append(bytearray(64 * 1024 * 1024))\n");
+  EXPECT_FALSE(oom.ok);
+  ASSERT_TRUE(oom.exec);
+  EXPECT_TRUE(oom.exec->oom);
+  EXPECT_NE(oom.content.find("Killed: command ran out of memory."), std::string::npos)
+      << oom.content;
+  EXPECT_NE(oom.content.find("The Python kernel's state was lost with it: kept: list of 10"),
+            std::string::npos)
+      << oom.content;
+  EXPECT_EQ(oom.failure.kind, agent::FailureKind::kEnvironment);
+  auto after = python("print('kept' in dir(), 6351)");
+  ASSERT_TRUE(after.ok) << after.content;
+  EXPECT_NE(after.content.find("False 6351"), std::string::npos) << after.content;
+  EXPECT_EQ(after.content.find("started again"), std::string::npos)
+      << "the loss was told once, with the OOM";
+}
+
+TEST_F(KernelTest, ATimeoutInterruptsAndTheKernelSurvivesWhenTheCodeStops) {
+  config_.sandbox.exec_timeout = std::chrono::seconds(1);
+  ASSERT_TRUE(python("kept = 'still here'").ok);
+  // The code handles KeyboardInterrupt: the step ends, the kernel goes on.
+  auto handled = python(
+      "import time\n"
+      "try:\n"
+      "    time.sleep(60)\n"
+      "except KeyboardInterrupt:\n"
+      "    print('interrupted, cleaning up')\n");
+  ASSERT_TRUE(handled.exec);
+  EXPECT_TRUE(handled.exec->timed_out);
+  EXPECT_LT(handled.exec->run_ms, 5000);
+  EXPECT_NE(handled.content.find("interrupted, cleaning up"), std::string::npos) << handled.content;
+  EXPECT_NE(handled.content.find("was interrupted (KeyboardInterrupt); the kernel goes on"),
+            std::string::npos)
+      << handled.content;
+  EXPECT_NE(python("print(kept)").content.find("still here"), std::string::npos);
+  // Code that does not stop when interrupted is killed after the grace, and the kernel with it.
+  auto stubborn = python(
+      "import time\n"
+      "while True:\n"
+      "    try:\n"
+      "        time.sleep(60)\n"
+      "    except KeyboardInterrupt:\n"
+      "        pass\n");
+  ASSERT_TRUE(stubborn.exec);
+  EXPECT_TRUE(stubborn.exec->timed_out);
+  EXPECT_NE(stubborn.content.find("did not stop when interrupted and was killed"),
+            std::string::npos)
+      << stubborn.content;
+  EXPECT_NE(stubborn.content.find("kept: str of 10"), std::string::npos) << stubborn.content;
+  config_.sandbox.exec_timeout = std::chrono::seconds(20);
+  auto after = python("print('kept' in dir())");
+  ASSERT_TRUE(after.ok) << after.content;
+  EXPECT_NE(after.content.find("False"), std::string::npos);
+}
+
+// As with a command of its own, what a step started is stopped when the step ends: the next
+// step's metering and files are its own. The kernel stays.
+TEST_F(KernelTest, WhatAStepLeavesRunningEndsWithIt) {
+  auto step = python(
+      "import subprocess, sys\n"
+      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+      "                 start_new_session=True)\n");
+  ASSERT_TRUE(step.ok) << step.content;
+  const auto sandbox_id = history_->sandbox_reference(conversation_)->sandbox_id;
+  EXPECT_EQ(host_processes_of(sandbox_id).size(), 2u) << "init and the kernel";
+  EXPECT_TRUE(python("x = 1").ok);
+}
+
+// Stop (the turn's cancel) interrupts the step; code that stops keeps the kernel and its state.
+TEST_F(KernelTest, ACancelStopsTheStepAndTheKernelKeepsItsState) {
+  ASSERT_TRUE(python("kept = 'yes'").ok);
+  UniqueFd cancel(::eventfd(0, EFD_CLOEXEC));
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const uint64_t one = 1;
+    (void)!::write(cancel.get(), &one, sizeof one);
+  });
+  agent::ToolIo io;
+  io.cancel_fd = cancel.get();
+  auto stopped = python("import time\ntime.sleep(60)", {}, io);
+  stopper.join();
+  EXPECT_TRUE(stopped.cancelled);
+  ASSERT_TRUE(stopped.exec);
+  EXPECT_LT(stopped.exec->run_ms, 5000);
+  EXPECT_NE(stopped.content.find("KeyboardInterrupt"), std::string::npos) << stopped.content;
+  EXPECT_NE(python("print(kept)").content.find("yes"), std::string::npos);
+}
+
+TEST_F(KernelTest, OutputStreamsWhileTheStepRuns) {
+  std::string streamed;
+  std::mutex mutex;
+  agent::ToolIo io;
+  const auto started = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration first_output{};
+  io.on_output = [&](sandbox::OutputStream, std::string_view text) {
+    std::lock_guard lock(mutex);
+    if (streamed.empty()) first_output = std::chrono::steady_clock::now() - started;
+    streamed += text;
+  };
+  auto run =
+      python("import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')", {}, io);
+  ASSERT_TRUE(run.ok) << run.content;
+  EXPECT_EQ(streamed, "first\nsecond\n");
+  EXPECT_LT(first_output, std::chrono::milliseconds(1200)) << "the first line came before the end";
+}
+
+// The kernel lives in the sandbox: a sandbox deleted while idle takes it along, and the next
+// step's note says what is gone.
+TEST_F(KernelTest, TheKernelGoesWithItsSandboxAndTheModelIsTold) {
+  ASSERT_TRUE(python("frame = {'a': 1}").ok);
+  next_turn();
+  clock_.advance(std::chrono::minutes(16));
+  auto reaped = manager_->reap_idle();
+  ASSERT_TRUE(reaped) << reaped.error().message;
+  EXPECT_EQ(*reaped, 1);
+  auto after = python("print('frame' in dir())");
+  ASSERT_TRUE(after.ok) << after.content;
+  EXPECT_NE(after.content.find("this runs in a new sandbox"), std::string::npos) << after.content;
+  EXPECT_NE(after.content.find("Its Python kernel is gone with it, and what it held: frame: "
+                               "dict of 1"),
+            std::string::npos)
+      << after.content;
+  EXPECT_NE(after.content.find("False"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace quarry::testing
