@@ -20,27 +20,15 @@
 #include "config/paths.h"
 #include "conversation/conversation_manager.h"
 #include "conversation/sqlite_history_store.h"
+#include "percentiles.h"
 #include "sandbox/local/local_provider.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-struct Stats {
-  double p50 = 0, p90 = 0;
-  size_t n = 0;
-};
-
-Stats stats(std::vector<double> samples) {
-  if (samples.empty()) return {};
-  std::sort(samples.begin(), samples.end());
-  auto at = [&](double q) { return samples[static_cast<size_t>(q * (samples.size() - 1))]; };
-  return {at(0.5), at(0.9), samples.size()};
-}
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
+using quarry::bench::Clock;
+using quarry::bench::ms_since;
+using quarry::bench::stats;
+using quarry::bench::Stats;
 
 [[noreturn]] void fail(const std::string& message) {
   std::fprintf(stderr, "kernel_bench: %s\n", message.c_str());

@@ -20,6 +20,7 @@
 
 #include "common/file_util.h"
 #include "config/paths.h"
+#include "percentiles.h"
 #include "sandbox/local/image.h"
 #include "sandbox/local/local_provider.h"
 
@@ -27,24 +28,11 @@ extern char** environ;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using quarry::bench::Clock;
+using quarry::bench::ms_since;
+using quarry::bench::stats;
+using quarry::bench::Stats;
 using quarry::sandbox::local::LocalProvider;
-
-struct Stats {
-  double p50 = 0, p90 = 0;
-  int n = 0;
-};
-
-Stats stats(std::vector<double> samples) {
-  if (samples.empty()) return {};
-  std::sort(samples.begin(), samples.end());
-  auto at = [&](double q) { return samples[static_cast<size_t>(q * (samples.size() - 1))]; };
-  return {at(0.5), at(0.9), static_cast<int>(samples.size())};
-}
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 // What a run that fails half way must still take apart: its sandboxes (their inits would
 // live on), the volume and the state directory. Set once the provider is open.
