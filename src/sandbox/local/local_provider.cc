@@ -96,9 +96,8 @@ SandboxInfo info_of(const SandboxRecord& record, bool alive) {
 }
 
 std::filesystem::path default_init_binary() {
-  std::error_code error;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) return "quarry-init";
+  const auto self = this_executable();
+  if (self.empty()) return "quarry-init";
   for (const auto& candidate :
        {self.parent_path() / "quarry-init", self.parent_path() / "../libexec/quarry/quarry-init"}) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
