@@ -1,188 +1,19 @@
-// quarry ask "QUESTION" [--conversation ID]: one turn of the agent, streamed to the terminal.
-#include <unistd.h>
-
-#include <iostream>
-
-#include "agent/agent.h"
-#include "agent/guidance.h"
-#include "agent/model_client.h"
-#include "cli/cancel_signals.h"
-#include "cli/commands.h"
-#include "common/units.h"
-#include "data/database.h"
+// quarry ask "QUESTION" [--conversation ID]: what it parses. What it does is in data/ask.cc
+// (quarry-data; data_commands.h).
+#include "cli/data_commands.h"
 
 namespace quarry::cli {
-namespace {
 
-struct AskOptions final : CommandGroup {
-  std::string question;
-  std::string conversation_id;
-};
-
-// A one-line view of a tool call for the terminal: what it is about, not its full arguments.
-std::string describe_call(const agent::AgentEvent& event) {
-  auto arguments = nlohmann::json::parse(event.arguments, nullptr, false);
-  auto text = [&](const char* key) -> std::string {
-    if (!arguments.is_object() || !arguments.contains(key) || !arguments[key].is_string()) {
-      return "";
-    }
-    std::string value = arguments[key];
-    for (auto& c : value)
-      c = (c == '\n' || c == '\t') ? ' ' : c;
-    return value.size() > 90 ? value.substr(0, 87) + "..." : value;
-  };
-  if (event.tool == "run_python") {
-    if (!text("path").empty()) return fmt::format("run_python {}", text("path"));
-    const std::string code = arguments.value("code", "");
-    return fmt::format("run_python ({} lines of code)",
-                       std::count(code.begin(), code.end(), '\n') + 1);
-  }
-  if (event.tool == "export_query") {
-    return fmt::format("export_query {}: {}", text("filename"), text("sql"));
-  }
-  if (event.tool == "query_database") return fmt::format("query_database: {}", text("sql"));
-  if (event.tool == "write_file") {
-    return fmt::format("write_file {} ({} bytes)", text("path"),
-                       arguments.is_object() ? arguments.value("content", "").size() : 0);
-  }
-  return event.tool;
-}
-
-// What a command printed, indented under its step; long output keeps its first lines.
-void print_indented(std::string_view text) {
-  constexpr int kMaxLines = 20;
-  int lines = 0;
-  while (!text.empty()) {
-    auto newline = text.find('\n');
-    if (++lines > kMaxLines) {
-      std::cout << "    ...\n";
-      return;
-    }
-    std::cout << "    " << text.substr(0, newline) << "\n";
-    if (newline == std::string_view::npos) break;
-    text.remove_prefix(newline + 1);
-  }
-}
-
-// The first line of a tool result, for steps other than run_python.
-std::string first_line(const std::string& text) {
-  auto line = text.substr(0, text.find('\n'));
-  return line.size() > 110 ? line.substr(0, 107) + "..." : line;
-}
-
-class Printer {
- public:
-  void operator()(const agent::AgentEvent& event) {
-    using Kind = agent::AgentEvent::Kind;
-    switch (event.kind) {
-      case Kind::kText:
-        if (event.text.empty()) break;
-        std::cout << event.text << std::flush;
-        in_text_ = event.text.back() != '\n';
-        break;
-      case Kind::kToolCall:
-        end_text();
-        std::cout << "[" << describe_call(event) << "]" << std::endl;
-        break;
-      case Kind::kToolResult: {
-        const auto& result = *event.result;
-        if (result.exec) {
-          const auto& r = *result.exec;
-          std::cout << fmt::format("  {} exit {} · {:.2f} s · CPU {:.2f} s · peak {} of {}{}\n",
-                                   result.ok ? "ok" : "failed:", r.exit_code, r.run_ms / 1000,
-                                   r.cpu_ms / 1000, format_size(r.peak_memory_bytes),
-                                   format_size(r.memory_limit_bytes),
-                                   r.oom         ? " · out of memory"
-                                   : r.timed_out ? " · timed out"
-                                                 : "");
-          print_indented(r.stdout_text);
-          if (!result.ok) {
-            print_indented(r.stderr_text);
-            std::cout << "  " << agent::describe(result.failure) << "\n";
-          }
-        } else {
-          std::cout << fmt::format("  {} {}\n",
-                                   result.ok ? "ok" : "failed:", first_line(result.content));
-        }
-        std::cout << std::flush;
-        break;
-      }
-      case Kind::kArtifact:
-        std::cout << fmt::format("  saved {} ({}, {}): {}\n", event.artifact->name,
-                                 event.artifact->type, format_size(event.artifact->size_bytes),
-                                 event.artifact->location)
-                  << std::flush;
-        break;
-      case Kind::kDone:
-        end_text();
-        break;
-      case Kind::kError:
-        end_text();
-        break;              // reported by the caller
-      case Kind::kOutput:   // shown with the step's result, up to its first lines
-      case Kind::kSandbox:  // in the history: quarry conversations show --events
-        break;
-    }
-  }
-
- private:
-  void end_text() {
-    if (in_text_) std::cout << std::endl;
-    in_text_ = false;
-  }
-  bool in_text_ = false;
-};
-
-int ask(Context& context, const AskOptions& options) {
-  ASSIGN_OR_RETURN_CLI(const Config* config, context.config());
-  ASSIGN_OR_RETURN_CLI(auto* provider, context.provider());
-  ASSIGN_OR_RETURN_CLI(auto* history, context.history());
-  ASSIGN_OR_RETURN_CLI(auto database,
-                       data::resolve_database(config->database, context.state_dir()));
-  ASSIGN_OR_RETURN_CLI(auto model, agent::make_model_client(config->model));
-
-  SystemClock clock;
-  conversation::ConversationManager manager(*provider, *history, clock,
-                                            conversation::manager_options(*config));
-  // No server keeps time here, so each ask deletes the sandboxes that have idled too long.
-  if (auto reaped = manager.reap_idle(); !reaped) return report(reaped.error());
-
-  std::string id = options.conversation_id;
-  if (id.empty()) {
-    // Named by its first question when the turn begins.
-    ASSIGN_OR_RETURN_CLI(auto created, history->create_conversation(""));
-    id = created.id;
-  }
-
-  agent::Toolbox toolbox({*config, database, *history, context.state_dir()});
-  agent::Agent agent(model.get(), manager, *history, toolbox, agent::system_prompt(*config),
-                     agent::agent_options(*config));
-
-  CancelSignals cancel;
-  Printer printer;
-  auto answer = agent.run_turn(id, options.question, std::ref(printer), cancel.fd());
-  std::cerr << fmt::format("conversation {} (continue with: quarry ask --conversation {} ...)\n",
-                           id, id);
-  if (!answer) {
-    if (answer.error().code == ErrorCode::kCancelled) {
-      std::cerr << "quarry: cancelled\n";
-      return kCancelledExit;
-    }
-    return report(answer.error());
-  }
-  return 0;
-}
-
-}  // namespace
-
-std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, int& exit_code) {
+std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, int& exit_code,
+                                              DataCommands& data) {
   auto options = std::make_unique<AskOptions>();
   auto* command = app.add_subcommand(
       "ask", "ask the agent a question about the data; streams its work and answer");
   command->add_option("question", options->question, "the question")->required();
   command->add_option("--conversation", options->conversation_id,
                       "continue this conversation (default: start a new one)");
-  command->callback([&context, &exit_code, &opts = *options] { exit_code = ask(context, opts); });
+  command->callback(
+      [&context, &exit_code, &data, &opts = *options] { exit_code = data.ask(context, opts); });
   return options;
 }
 

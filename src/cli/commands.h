@@ -1,4 +1,4 @@
-// The command groups of the quarry CLI, one file each.
+// The command line: its command groups, one file each, and the function both executables run.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,13 +15,24 @@ class CommandGroup {
   virtual ~CommandGroup() = default;
 };
 
+// Runs db, ask and serve (data_commands.h).
+class DataCommands;
+
+// The command line of both executables, from this one definition: the global options and every
+// command group, in the order `quarry --help` lists them; parses argv, runs the command and
+// returns the exit status. `data` runs the commands of the data room.
+int run(int argc, char** argv, DataCommands& data);
+
 std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& context, int& exit_code);
 std::unique_ptr<CommandGroup> add_image_commands(CLI::App& app, Context& context, int& exit_code);
-std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, int& exit_code);
+std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, int& exit_code,
+                                              DataCommands& data);
 std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& context,
                                                         int& exit_code);
-std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, int& exit_code);
-std::unique_ptr<CommandGroup> add_serve_command(CLI::App& app, Context& context, int& exit_code);
+std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, int& exit_code,
+                                              DataCommands& data);
+std::unique_ptr<CommandGroup> add_serve_command(CLI::App& app, Context& context, int& exit_code,
+                                                DataCommands& data);
 std::unique_ptr<CommandGroup> add_token_commands(CLI::App& app, Context& context, int& exit_code);
 
 }  // namespace quarry::cli

@@ -1,43 +1,50 @@
-// quarry: the command line. `quarry --help` lists the commands; README.md documents them.
-#include <CLI/CLI.hpp>
+// quarry: the command line (README "Command line"). It runs the sandbox, image, conversations
+// and token commands itself and hands db, ask and serve, once their command line is parsed, to
+// quarry-data beside it (the same argv, by exec: the same process, its pid and its signals), so
+// that the commands which never touch data do not map Arrow, Parquet and libpq at every start
+// (docs/architecture.md, "The command line").
+#include <unistd.h>
 
-#include "cli/commands.h"
-#include "common/log.h"
+#include <cerrno>
+#include <cstring>
+
+#include "cli/data_commands.h"
+#include "common/file_util.h"
+
+namespace quarry::cli {
+namespace {
+
+class HandOver final : public DataCommands {
+ public:
+  explicit HandOver(char** argv) : argv_(argv) {}
+
+  int db_up(Context&) override { return hand_over(); }
+  int db_down(Context&) override { return hand_over(); }
+  int db_seed_demo(Context&, const DbOptions&) override { return hand_over(); }
+  int db_query(Context&, const DbOptions&) override { return hand_over(); }
+  int db_export(Context&, const DbOptions&) override { return hand_over(); }
+  int ask(Context&, const AskOptions&) override { return hand_over(); }
+  int serve(Context&, const ServeOptions&) override { return hand_over(); }
+
+ private:
+  // Returns only if quarry-data could not be run.
+  int hand_over() const {
+    const auto data_binary = this_executable().parent_path() / "quarry-data";
+    ::execv(data_binary.c_str(), argv_);
+    const int error = errno;
+    return report(Error{ErrorCode::kFailedPrecondition,
+                        fmt::format("cannot run '{}': {}; quarry runs db, ask and serve through "
+                                    "quarry-data, which the build puts beside quarry",
+                                    data_binary.string(), strerrordesc_np(error))});
+  }
+
+  char** argv_;
+};
+
+}  // namespace
+}  // namespace quarry::cli
 
 int main(int argc, char** argv) {
-  quarry::cli::GlobalOptions options;
-  CLI::App app{"quarry: safe data analysis by AI agents, in isolated, metered sandboxes"};
-  app.set_version_flag("--version", "quarry 0.1.0");
-  app.require_subcommand(1);
-  app.add_option("--config", options.config_path,
-                 "configuration file (default: $QUARRY_CONFIG, else ./config.yml, else built-in "
-                 "defaults)");
-  app.add_option("--state-dir", options.state_dir,
-                 "state directory (default: $QUARRY_STATE_DIR, else /var/lib/quarry as root)");
-  app.add_option("--cache-dir", options.cache_dir,
-                 "cache directory for images (default: $QUARRY_CACHE_DIR, else /var/cache/quarry "
-                 "as root)");
-  app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error or off")
-      ->capture_default_str();
-
-  quarry::cli::Context context(options);
-  int exit_code = 0;
-  auto sandbox_commands = quarry::cli::add_sandbox_commands(app, context, exit_code);
-  auto image_commands = quarry::cli::add_image_commands(app, context, exit_code);
-  auto db_commands = quarry::cli::add_db_commands(app, context, exit_code);
-  auto conversation_commands = quarry::cli::add_conversation_commands(app, context, exit_code);
-  auto ask_command = quarry::cli::add_ask_command(app, context, exit_code);
-  auto serve_command = quarry::cli::add_serve_command(app, context, exit_code);
-  auto token_commands = quarry::cli::add_token_commands(app, context, exit_code);
-  app.parse_complete_callback([&] {
-    if (auto logging = quarry::setup_logging(options.log_level); !logging) {
-      throw CLI::ValidationError("--log-level", logging.error().message);
-    }
-  });
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error);
-  }
-  return exit_code;
+  quarry::cli::HandOver hand_over(argv);
+  return quarry::cli::run(argc, argv, hand_over);
 }

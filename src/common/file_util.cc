@@ -92,4 +92,10 @@ Result<void> remove_tree(const std::filesystem::path& path) {
   return {};
 }
 
+std::filesystem::path this_executable() {
+  std::error_code error;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::filesystem::path() : path;
+}
+
 }  // namespace quarry

@@ -29,4 +29,8 @@ Result<void> make_directories(const std::filesystem::path& path, mode_t mode = 0
 // rm -rf that never follows symlinks; a missing path is not an error.
 Result<void> remove_tree(const std::filesystem::path& path);
 
+// The running executable's path (/proc/self/exe), which programs installed beside it are found
+// from; empty if it cannot be read.
+std::filesystem::path this_executable();
+
 }  // namespace quarry

@@ -1,4 +1,4 @@
-// SHA-256 of a byte string as lowercase hex (OpenSSL's libcrypto).
+// SHA-256 of a byte string as lowercase hex (OpenSSL's libcrypto, without initialising it).
 #pragma once
 
 #include <string>

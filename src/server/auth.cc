@@ -13,6 +13,12 @@
 #include "common/url.h"
 
 namespace quarry::server {
+
+std::filesystem::path tokens_path(const Config& config, const std::filesystem::path& state_dir) {
+  if (!config.server.tokens_file.empty()) return config.server.tokens_file;
+  return state_dir / "tokens.json";
+}
+
 namespace token_file {
 
 Result<std::vector<TokenEntry>> read(const std::filesystem::path& path) {

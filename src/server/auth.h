@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "config/config.h"
 #include "server/api_error.h"
 
 namespace quarry::server {
@@ -28,6 +29,9 @@ struct TokenEntry {
   std::string sha256;
   Clock::time_point created_at;
 };
+
+// The tokens file a configuration names: server.tokens_file, else <state>/tokens.json.
+std::filesystem::path tokens_path(const Config& config, const std::filesystem::path& state_dir);
 
 // The tokens file: {"tokens": [{"name", "sha256", "created_at"}]}, mode 0600, replaced whole
 // on every change.

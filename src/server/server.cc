@@ -13,6 +13,7 @@
 #include "conversation/sqlite_history_store.h"
 #include "sandbox/local/local_provider.h"
 #include "server/api.h"
+#include "server/auth.h"
 #include "server/http_server.h"
 #include "server/turn_runner.h"
 
@@ -51,12 +52,13 @@ class Reaper {
   std::thread thread_;
 };
 
-// server.web_dir, else the UI built beside this executable: build/web for build/src/quarry,
-// <prefix>/share/quarry/web for an installed <prefix>/bin/quarry.
+// server.web_dir, else the UI built beside this executable (quarry-data, beside quarry):
+// build/web for build/src/quarry-data, <prefix>/share/quarry/web for an installed
+// <prefix>/bin/quarry-data.
 std::filesystem::path web_directory(const Config& config) {
   if (!config.server.web_dir.empty()) return config.server.web_dir;
   std::error_code error;
-  const auto executable = std::filesystem::read_symlink("/proc/self/exe", error);
+  const auto executable = this_executable();
   for (const auto& candidate : {executable.parent_path().parent_path() / "web",
                                 executable.parent_path().parent_path() / "share/quarry/web"}) {
     if (std::filesystem::exists(candidate / "index.html", error)) return candidate;
@@ -83,11 +85,6 @@ void raise_descriptor_limit() {
 }
 
 }  // namespace
-
-std::filesystem::path tokens_path(const Config& config, const std::filesystem::path& state_dir) {
-  if (!config.server.tokens_file.empty()) return config.server.tokens_file;
-  return state_dir / "tokens.json";
-}
 
 Result<void> serve(const Config& config, const ServeOptions& options) {
   ASSIGN_OR_RETURN(auto endpoint,

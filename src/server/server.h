@@ -27,7 +27,4 @@ struct ServeOptions {
 // Runs until a signal stops it; an error if it could not start.
 Result<void> serve(const Config& config, const ServeOptions& options);
 
-// The tokens file a configuration names: server.tokens_file, else <state>/tokens.json.
-std::filesystem::path tokens_path(const Config& config, const std::filesystem::path& state_dir);
-
 }  // namespace quarry::server

@@ -22,6 +22,7 @@
 #include "common/unique_fd.h"
 #include "sandbox/local/idmap.h"
 #include "sandbox/local/local_provider.h"
+#include "sandbox/local/volume.h"
 #include "sandbox_environment.h"
 
 extern char** environ;
@@ -277,6 +278,37 @@ TEST(Lifecycle, DestroyLeavesNothingBehind) {
   auto again = provider().destroy(id);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, ErrorCode::kNotFound);
+}
+
+// Opening the volume sweeps qgroups whose subvolume is gone (as btrfs qgroup clear-stale does);
+// the qgroup of a live sandbox carries its disk limit, so it must survive every sweep, limit
+// and all, and so must qgroups of higher levels.
+TEST(Lifecycle, OpeningTheVolumeKeepsTheQgroupsOfLiveSubvolumes) {
+  ScopedSandbox sandbox;
+  auto& environment = SandboxEnvironment::get();
+  auto record = read_file(environment.state_dir() / "sandboxes" / sandbox.id() / "sandbox.json");
+  ASSERT_TRUE(record);
+  const uint64_t qgroup = nlohmann::json::parse(*record)["qgroup"];
+  const auto volume = (environment.state_dir() / "sandboxes").string();
+  ASSERT_TRUE(run_command({"btrfs", "qgroup", "create", "1/4242", volume}));
+  auto opened = sandbox::local::SandboxVolume::open(
+      environment.state_dir(), environment.config().sandbox.local.volume_bytes);
+  ASSERT_TRUE(opened) << opened.error().message;
+  auto shown = run_command({"btrfs", "qgroup", "show", "--raw", "-r", volume});
+  (void)run_command({"btrfs", "qgroup", "destroy", "1/4242", volume});
+  ASSERT_TRUE(shown) << shown.error().message;
+  EXPECT_NE(shown->output.find("0/5 "), std::string::npos) << shown->output;
+  EXPECT_NE(shown->output.find("1/4242 "), std::string::npos) << shown->output;
+  const auto line = shown->output.find(fmt::format("0/{} ", qgroup));
+  ASSERT_NE(line, std::string::npos) << shown->output;
+  const auto limit = ScopedSandbox::default_spec().resources.disk_bytes;
+  EXPECT_NE(
+      shown->output.substr(line, shown->output.find('\n', line) - line).find(std::to_string(limit)),
+      std::string::npos)
+      << shown->output;
+  auto write = run(sandbox.id(), {"sh", "-c", "echo still here > /tmp/after-sweep"});
+  ASSERT_TRUE(write) << write.error().message;
+  EXPECT_EQ(write->exit_code, 0);
 }
 
 // The quarry-init processes that are this process's children, alive or not yet reaped.

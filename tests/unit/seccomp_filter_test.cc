@@ -1,4 +1,5 @@
-// Loads the real filter in a child process and checks what it allows and refuses.
+// Loads the real filter (the one quarry carries) in a child process and checks what it allows
+// and refuses; and that it is the program libseccomp makes from seccomp_filter.cc here.
 #include "sandbox/local/seccomp_filter.h"
 
 #include <fcntl.h>
@@ -17,12 +18,14 @@
 
 #include <functional>
 
+#include "sandbox/local/seccomp_program.h"
+
 namespace quarry::sandbox::local {
 namespace {
 
 // Runs `probe` in a forked child under the filter; returns the errno it ended with (0 if the
 // call succeeded), or -1 if the child did not exit normally.
-int errno_under_filter(const std::vector<uint8_t>& program, const std::function<long()>& probe) {
+int errno_under_filter(std::span<const uint8_t> program, const std::function<long()>& probe) {
   pid_t pid = ::fork();
   if (pid == 0) {
     sock_fprog fprog{static_cast<unsigned short>(program.size() / sizeof(sock_filter)),
@@ -38,9 +41,16 @@ int errno_under_filter(const std::vector<uint8_t>& program, const std::function<
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+TEST(SeccompFilter, TheBuiltInProgramIsWhatLibseccompMakesHere) {
+  auto built = build_seccomp_filter();
+  ASSERT_TRUE(built) << built.error().message;
+  const auto carried = seccomp_program();
+  EXPECT_EQ(std::vector<uint8_t>(carried.begin(), carried.end()), *built);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(carried.data()) % alignof(sock_filter), 0u);
+}
+
 TEST(SeccompFilter, RefusesWhatAnalysisNeverNeeds) {
-  auto program = build_seccomp_filter();
-  ASSERT_TRUE(program) << program.error().message;
+  const auto program = seccomp_program();
   struct Case {
     const char* name;
     std::function<long()> call;
@@ -80,22 +90,21 @@ TEST(SeccompFilter, RefusesWhatAnalysisNeverNeeds) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    EXPECT_EQ(errno_under_filter(*program, c.call), c.expected_errno);
+    EXPECT_EQ(errno_under_filter(program, c.call), c.expected_errno);
   }
 }
 
 TEST(SeccompFilter, AllowsOrdinaryWork) {
-  auto program = build_seccomp_filter();
-  ASSERT_TRUE(program);
-  EXPECT_EQ(errno_under_filter(*program, [] { return long{::getpid() > 0 ? 0 : -1}; }), 0);
-  EXPECT_EQ(errno_under_filter(*program,
+  const auto program = seccomp_program();
+  EXPECT_EQ(errno_under_filter(program, [] { return long{::getpid() > 0 ? 0 : -1}; }), 0);
+  EXPECT_EQ(errno_under_filter(program,
                                [] {
                                  int fd = ::open("/dev/null", O_RDONLY);
                                  return long{fd >= 0 ? ::close(fd) : -1};
                                }),
             0);
   // A plain fork still works: only namespace flags are refused.
-  EXPECT_EQ(errno_under_filter(*program,
+  EXPECT_EQ(errno_under_filter(program,
                                [] {
                                  pid_t child = ::fork();
                                  if (child == 0) ::_exit(0);
@@ -105,19 +114,18 @@ TEST(SeccompFilter, AllowsOrdinaryWork) {
 }
 
 TEST(SeccompFilter, AllowsTheSocketsAnalysisUses) {
-  auto program = build_seccomp_filter();
-  ASSERT_TRUE(program);
+  const auto program = seccomp_program();
   for (int family : {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK}) {
     SCOPED_TRACE(family);
     const int type = family == AF_NETLINK ? SOCK_RAW : SOCK_STREAM;
-    EXPECT_EQ(errno_under_filter(*program,
+    EXPECT_EQ(errno_under_filter(program,
                                  [&] {
                                    int fd = ::socket(family, type, 0);
                                    return long{fd >= 0 ? ::close(fd) : -1};
                                  }),
               0);
   }
-  EXPECT_EQ(errno_under_filter(*program,
+  EXPECT_EQ(errno_under_filter(program,
                                [] {
                                  int pair[2];
                                  return long{::socketpair(AF_UNIX, SOCK_STREAM, 0, pair)};

@@ -25,7 +25,7 @@
 #include "sandbox/local/idmap.h"
 #include "sandbox/local/local_process.h"
 #include "sandbox/local/protocol.h"
-#include "sandbox/local/seccomp_filter.h"
+#include "sandbox/local/seccomp_program.h"
 #include "sandbox/local/spawn.h"
 #include "sandbox/metering.h"
 
@@ -97,9 +97,8 @@ SandboxInfo info_of(const SandboxRecord& record, bool alive) {
 }
 
 std::filesystem::path default_init_binary() {
-  std::error_code error;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) return "quarry-init";
+  const auto self = this_executable();
+  if (self.empty()) return "quarry-init";
   for (const auto& candidate :
        {self.parent_path() / "quarry-init", self.parent_path() / "../libexec/quarry/quarry-init"}) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
@@ -182,13 +181,12 @@ Result<void> validate_labels(const Labels& labels) {
 }
 
 LocalProvider::LocalProvider(SandboxConfig config, LocalProviderOptions options,
-                             std::unique_ptr<CgroupDriver> cgroups, std::vector<uint8_t> seccomp)
+                             std::unique_ptr<CgroupDriver> cgroups)
     : config_(std::move(config)),
       options_(std::move(options)),
       state_(options_.state_dir),
       images_(options_.cache_dir),
-      cgroups_(std::move(cgroups)),
-      seccomp_(std::move(seccomp)) {}
+      cgroups_(std::move(cgroups)) {}
 
 Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& config,
                                                            LocalProviderOptions options) {
@@ -227,10 +225,9 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& 
           "may wait for an RCU grace period (several ms)");
     }
   }
-  ASSIGN_OR_RETURN(auto seccomp, build_seccomp_filter());
   RETURN_IF_ERROR(make_directories(options.state_dir, 0755));
   return std::unique_ptr<LocalProvider>(
-      new LocalProvider(config, std::move(options), std::move(cgroups), std::move(seccomp)));
+      new LocalProvider(config, std::move(options), std::move(cgroups)));
 }
 
 Result<const SandboxVolume*> LocalProvider::volume() {
@@ -400,7 +397,8 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
   setup.host_id_base = id_base;
   setup.home = fmt::format("/home/{}", kSandboxUserName);
   setup.directories = {config_.data_dir, config_.output_dir};
-  setup.seccomp_filter = seccomp_;
+  const auto seccomp = seccomp_program();
+  setup.seccomp_filter.assign(seccomp.begin(), seccomp.end());
   setup.max_processes = spec.resources.pids;
   setup.cgroup_mounts = cgroups_->sandbox_mounts();
   const std::string starting =

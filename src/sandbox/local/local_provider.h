@@ -52,7 +52,7 @@ class LocalProvider final : public SandboxProvider {
 
  private:
   LocalProvider(SandboxConfig config, LocalProviderOptions options,
-                std::unique_ptr<CgroupDriver> cgroups, std::vector<uint8_t> seccomp);
+                std::unique_ptr<CgroupDriver> cgroups);
 
   // A sandbox whose init is alive, with a pidfd that pins it.
   struct Running {
@@ -106,7 +106,6 @@ class LocalProvider final : public SandboxProvider {
   StateStore state_;
   ImageStore images_;
   std::unique_ptr<CgroupDriver> cgroups_;
-  std::vector<uint8_t> seccomp_;
   std::mutex volume_mutex_;
   std::optional<SandboxVolume> volume_;
   // Sandboxes being created in this process, counted by admission as if they were recorded

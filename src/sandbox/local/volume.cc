@@ -1,5 +1,6 @@
 #include "sandbox/local/volume.h"
 
+#include <endian.h>
 #include <fcntl.h>
 #include <linux/btrfs.h>
 #include <linux/btrfs_tree.h>
@@ -16,8 +17,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "common/command.h"
@@ -177,6 +180,97 @@ Result<SandboxDirectory> fill_subvolume(const std::filesystem::path& dir, uint64
   return made;
 }
 
+// The items of one btrfs tree with the key (objectid, type, offset) for offsets from `first`
+// to `last`, passed to `visit` with their offset and data (BTRFS_IOC_TREE_SEARCH, a buffer at a
+// time). At most `limit` of them.
+Result<void> search_tree(int fd, uint64_t tree, uint64_t objectid, uint32_t type, uint64_t first,
+                         uint64_t last,
+                         const std::function<void(uint64_t, std::string_view)>& visit,
+                         uint32_t limit = UINT32_MAX) {
+  btrfs_ioctl_search_args args{};
+  uint64_t from = first;
+  while (limit > 0) {
+    args.key = {};
+    args.key.tree_id = tree;
+    args.key.min_objectid = args.key.max_objectid = objectid;
+    args.key.min_type = args.key.max_type = type;
+    args.key.min_offset = from;
+    args.key.max_offset = last;
+    args.key.max_transid = UINT64_MAX;
+    args.key.nr_items = limit;
+    if (::ioctl(fd, BTRFS_IOC_TREE_SEARCH, &args) != 0) {
+      return errno_error("searching btrfs tree {} for items ({}, {}, {}..{})", tree, objectid, type,
+                         from, last);
+    }
+    if (args.key.nr_items == 0) return {};
+    size_t at = 0;
+    uint64_t offset = 0;
+    for (uint32_t item = 0; item < args.key.nr_items; ++item) {
+      btrfs_ioctl_search_header header{};
+      std::memcpy(&header, args.buf + at, sizeof header);
+      at += sizeof header;
+      offset = header.offset;
+      visit(offset, std::string_view(args.buf + at, header.len));
+      at += header.len;
+    }
+    limit -= std::min(limit, args.key.nr_items);
+    if (offset >= last) return {};
+    from = offset + 1;
+  }
+  return {};
+}
+
+uint64_t little_endian_at(std::string_view data, size_t at) {
+  uint64_t value = 0;
+  if (data.size() >= at + sizeof value) std::memcpy(&value, data.data() + at, sizeof value);
+  return le64toh(value);
+}
+
+// Deletes the level-0 qgroups whose subvolume no longer exists and returns how many, as `btrfs
+// qgroup clear-stale` does, in this process: running btrfs-progs for it (a fork and exec of
+// another program, and its own start) took longer than the rest of opening the volume. A
+// subvolume exists while its root item does (newer btrfs-progs judge by that too): one deleted
+// but still being cleaned up has it, and its qgroup goes with it. With simple quotas a qgroup
+// that still counts bytes is kept even so, as the kernel needs it for what was shared.
+Result<int> remove_stale_qgroups(const std::filesystem::path& mount_point) {
+  UniqueFd dir(::open(mount_point.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return errno_error("open '{}'", mount_point.string());
+  constexpr uint64_t kSimpleQuotas = 1ULL << 3;  // BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE (6.7)
+  uint64_t status_flags = 0;
+  RETURN_IF_ERROR(search_tree(dir.get(), BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_STATUS_KEY, 0,
+                              0, [&](uint64_t, std::string_view item) {
+                                status_flags = little_endian_at(
+                                    item, offsetof(btrfs_qgroup_status_item, flags));
+                              }));
+  // Level-0 qgroup ids are the subvolume ids; higher levels have the level above bit 48.
+  std::vector<uint64_t> candidates;
+  RETURN_IF_ERROR(search_tree(
+      dir.get(), BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_INFO_KEY, 0, (1ULL << 48) - 1,
+      [&](uint64_t qgroup, std::string_view item) {
+        const bool counts = little_endian_at(item, offsetof(btrfs_qgroup_info_item, rfer)) != 0 ||
+                            little_endian_at(item, offsetof(btrfs_qgroup_info_item, excl)) != 0;
+        if (!(status_flags & kSimpleQuotas) || !counts) candidates.push_back(qgroup);
+      }));
+  int removed = 0;
+  for (uint64_t qgroup : candidates) {
+    bool exists = false;
+    RETURN_IF_ERROR(search_tree(
+        dir.get(), BTRFS_ROOT_TREE_OBJECTID, qgroup, BTRFS_ROOT_ITEM_KEY, 0, UINT64_MAX,
+        [&](uint64_t, std::string_view) { exists = true; }, 1));
+    if (exists) continue;
+    btrfs_ioctl_qgroup_create_args remove{};
+    remove.create = 0;
+    remove.qgroupid = qgroup;
+    if (::ioctl(dir.get(), BTRFS_IOC_QGROUP_CREATE, &remove) != 0) {
+      spdlog::debug("deleting stale qgroup 0/{} on '{}': {}", qgroup, mount_point.string(),
+                    strerrordesc_np(errno));
+      continue;
+    }
+    ++removed;
+  }
+  return removed;
+}
+
 }  // namespace
 
 Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir,
@@ -185,11 +279,11 @@ Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir
   auto opened = [&](std::filesystem::path backing) -> Result<SandboxVolume> {
     ASSIGN_OR_RETURN(auto devices, block_devices(mount_point));
     // A process that died between deleting a subvolume and its qgroup left the qgroup (newer
-    // kernels remove it with the subvolume): sweep such leftovers once per process. Those whose
-    // subvolume is still being cleaned up are refused as busy, and go with it.
-    if (auto swept = run_command({"btrfs", "qgroup", "clear-stale", mount_point.string()});
-        !swept) {
-      spdlog::debug("btrfs qgroup clear-stale: {}", swept.error().message);
+    // kernels remove it with the subvolume): sweep such leftovers once per process.
+    if (auto swept = remove_stale_qgroups(mount_point); !swept) {
+      spdlog::debug("removing stale qgroups: {}", swept.error().message);
+    } else if (*swept > 0) {
+      spdlog::debug("removed {} stale qgroup{}", *swept, *swept == 1 ? "" : "s");
     }
     return SandboxVolume(mount_point, std::move(backing), std::move(devices));
   };

@@ -1,0 +1,152 @@
+// quarry db up | down | seed-demo | query | export, as they run (the options: db_commands.cc).
+#include <iostream>
+
+#include "cli/data/data_room.h"
+#include "common/file_util.h"
+#include "common/progress.h"
+#include "data/database.h"
+#include "data/demo_data.h"
+#include "data/postgres_server.h"
+#include "data/query.h"
+#include "data/sandbox_export.h"
+
+namespace quarry::cli {
+namespace {
+
+// Progress lines for a long export: at most one per million rows.
+std::function<void(uint64_t)> export_progress(Progress& progress) {
+  return [&progress, last = uint64_t{0}](uint64_t rows) mutable {
+    if (rows - last < 1'000'000) return;
+    last = rows;
+    progress.step(fmt::format("{} rows", rows));
+  };
+}
+
+void print_export(const data::ExportSummary& summary, std::string_view where) {
+  std::cout << fmt::format("{}: {} rows, {}, {:.0f} ms\n", where, summary.rows,
+                           format_size(summary.bytes), summary.elapsed_ms);
+  for (const auto& column : summary.columns) {
+    std::cout << fmt::format("  {}: {} -> {}{}\n", column.name, column.sql_type,
+                             column.parquet_type, column.note.empty() ? "" : ": " + column.note);
+  }
+  if (summary.truncated) {
+    std::cout << fmt::format("cut at sandbox.export_max_rows = {}: the query returns more rows\n",
+                             summary.max_rows);
+  }
+}
+
+// Host export: written beside FILE and renamed over it once complete.
+Result<data::ExportSummary> export_to_host(const std::string& conninfo, const std::string& sql,
+                                           const std::filesystem::path& file,
+                                           data::ExportOptions options) {
+  std::filesystem::path partial = file;
+  partial += ".quarry-partial";
+  ASSIGN_OR_RETURN(auto summary, data::export_parquet(conninfo, sql, partial, options));
+  std::error_code error;
+  std::filesystem::rename(partial, file, error);
+  if (error) {
+    std::error_code ignored;
+    std::filesystem::remove(partial, ignored);
+    return make_error(ErrorCode::kInternal, "renaming the export to '{}' failed: {}", file.string(),
+                      error.message());
+  }
+  return summary;
+}
+
+Result<data::PostgresServer> private_server(Context& context) {
+  ASSIGN_OR_RETURN(const Config* config, context.config());
+  if (!config->database.url.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "database.url is set in {}, so quarry uses that server and runs none of "
+                      "its own",
+                      config->source);
+  }
+  return data::PostgresServer(context.state_dir(), config->database.port);
+}
+
+}  // namespace
+
+int DataRoom::db_up(Context& context) {
+  ASSIGN_OR_RETURN_CLI(auto server, private_server(context));
+  Progress progress("db up", 0);
+  auto info = server.up(&progress);
+  if (!info) return report(info.error().with_context("db up"));
+  progress.finish(
+      fmt::format("running on 127.0.0.1:{} and {}", info->port, info->socket_dir.string()));
+  std::cout << info->reader_url << std::endl;
+  return 0;
+}
+
+int DataRoom::db_down(Context& context) {
+  ASSIGN_OR_RETURN_CLI(auto server, private_server(context));
+  auto stopped = server.down();
+  if (!stopped) return report(stopped.error().with_context("db down"));
+  std::cerr << (*stopped ? "stopped" : "was not running") << std::endl;
+  return 0;
+}
+
+int DataRoom::db_seed_demo(Context& context, const DbOptions& options) {
+  ASSIGN_OR_RETURN_CLI(const Config* config, context.config());
+  ASSIGN_OR_RETURN_CLI(auto target, data::resolve_database(config->database, context.state_dir()));
+  Progress progress("seed-demo", 3);
+  auto summary = data::seed_demo(target.admin, options.demo, progress);
+  if (!summary) return report(summary.error().with_context("seed-demo"));
+  progress.finish(fmt::format("{} videos in {} daily rows, {} events", summary->videos,
+                              summary->video_rows, summary->events));
+  return 0;
+}
+
+int DataRoom::db_query(Context& context, const DbOptions& options) {
+  ASSIGN_OR_RETURN_CLI(const Config* config, context.config());
+  ASSIGN_OR_RETURN_CLI(auto target, data::resolve_database(config->database, context.state_dir()));
+  ASSIGN_OR_RETURN_CLI(auto result, data::query_database(target.reader, options.query_sql,
+                                                         {config->database.query_max_rows,
+                                                          config->database.statement_timeout}));
+  if (options.query_json) {
+    std::cout << data::to_json(result).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+              << std::endl;
+  } else {
+    std::cout << data::to_text(result);
+  }
+  return 0;
+}
+
+int DataRoom::db_export(Context& context, const DbOptions& options) {
+  ASSIGN_OR_RETURN_CLI(const Config* config, context.config());
+  ASSIGN_OR_RETURN_CLI(auto target, data::resolve_database(config->database, context.state_dir()));
+  Progress progress("export", 0);
+  auto export_options = data::export_options(*config);
+  export_options.on_progress = export_progress(progress);
+  if (options.export_sandbox.empty()) {
+    ASSIGN_OR_RETURN_CLI(auto summary, export_to_host(target.reader, options.export_sql,
+                                                      options.export_file, export_options));
+    progress.finish(fmt::format("{} rows", summary.rows));
+    if (options.export_json) {
+      auto json = data::to_json(summary);
+      json["path"] = std::filesystem::absolute(options.export_file).string();
+      std::cout << json.dump(2) << std::endl;
+    } else {
+      print_export(summary, options.export_file);
+    }
+    return 0;
+  }
+  if (auto valid = data::validate_export_filename(options.export_file); !valid) {
+    return report(valid.error());
+  }
+  ASSIGN_OR_RETURN_CLI(auto* provider, context.provider());
+  // The file waits for its upload on quarry's own disk, not in a /tmp that may be memory.
+  const auto temp_dir = context.state_dir() / "tmp";
+  ASSIGN_OR_RETURN_CLI(auto upload, data::upload_to(*provider, options.export_sandbox));
+  data::SandboxExportRequest request{config->sandbox.data_dir, target.reader,  options.export_sql,
+                                     options.export_file,      export_options, temp_dir};
+  ASSIGN_OR_RETURN_CLI(auto result, data::export_to_sandbox(request, upload));
+  progress.finish(fmt::format("{} rows", result.summary.rows));
+  if (options.export_json) {
+    std::cout << data::to_json(result).dump(2) << std::endl;
+  } else {
+    print_export(result.summary, fmt::format("{}:{}", options.export_sandbox, result.path));
+  }
+  return 0;
+}
+
+}  // namespace quarry::cli
