@@ -145,7 +145,7 @@ def main():
     for name, values in [
             ("step wall time - sandbox exec time (server)", server_overhead),
             ("whole HTTP turn - command run time (client)", client_overhead),
-            ("command run time (python start and exit)", runs)]:
+            ("the step's run time in the kernel", runs)]:
         print(f"{name:44}{statistics.median(values):9.2f}{percentile(values, 0.9):9.2f}"
               f"{percentile(values, 0.99):9.2f}")
     print("  target: the server's own overhead per tool step, p50 under 2 ms")
