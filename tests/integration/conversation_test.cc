@@ -22,10 +22,7 @@ class ConversationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto& environment = SandboxEnvironment::get();
-    db_ = environment.state_dir() /
-          fmt::format("history-{}.db",
-                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove(db_);
+    db_ = environment.fresh_history_path();
     auto store = SqliteHistoryStore::open(db_, clock_);
     ASSERT_TRUE(store) << store.error().message;
     history_ = std::move(*store);

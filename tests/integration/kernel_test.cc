@@ -28,10 +28,7 @@ class KernelTest : public ::testing::Test {
     auto& environment = SandboxEnvironment::get();
     config_ = environment.config();
     config_.sandbox.exec_timeout = std::chrono::seconds(20);
-    db_ = environment.state_dir() /
-          fmt::format("history-{}.db",
-                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove(db_);
+    db_ = environment.fresh_history_path();
     auto store = SqliteHistoryStore::open(db_, clock_);
     ASSERT_TRUE(store) << store.error().message;
     history_ = std::move(*store);

@@ -29,6 +29,14 @@ std::filesystem::path SandboxEnvironment::quarry_binary() const {
   return std::filesystem::path(QUARRY_BUILD_DIR) / "src/quarry";
 }
 
+std::filesystem::path SandboxEnvironment::fresh_history_path() const {
+  auto path =
+      state_dir_ /
+      fmt::format("history-{}.db", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove(path);
+  return path;
+}
+
 std::filesystem::path SandboxEnvironment::init_binary() const {
   return std::filesystem::path(QUARRY_BUILD_DIR) / "src/quarry-init";
 }
