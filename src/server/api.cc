@@ -215,7 +215,7 @@ ApiResult<ApiReply> Api::dispatch(const ApiRequest& request) {
     case RouteId::kHealth:
       return json({{"status", "ok"}});
     case RouteId::kReady:
-      return ready();
+      return ready(request);
     case RouteId::kOpenApi:
       return json(nlohmann::json::parse(openapi_));
     case RouteId::kInfo:
@@ -300,7 +300,7 @@ ApiResult<ApiReply> Api::asset(const ApiRequest& request) {
                    {{"Content-Security-Policy", std::string(kPagePolicy)}}};
 }
 
-ApiResult<ApiReply> Api::ready() {
+ApiResult<ApiReply> Api::ready(const ApiRequest& request) {
   nlohmann::json checks = nlohmann::json::object();
   std::vector<std::string> problems;
   auto check = [&](std::string_view name, const Result<void>& result) {
@@ -346,11 +346,34 @@ ApiResult<ApiReply> Api::ready() {
         {{std::string(conversation::kInstanceLabel), services_.config.conversations.instance_id}}));
     return {};
   }());
+  const std::string found = fmt::format("{}", fmt::join(problems, "; "));
+  {
+    std::lock_guard lock(readiness_mutex_);
+    if (found != logged_problems_) {
+      if (found.empty()) {
+        spdlog::info("ready again: the database, the history store and the sandboxes answer");
+      } else {
+        spdlog::warn("not ready: {}", found);
+      }
+      logged_problems_ = found;
+    }
+  }
   if (problems.empty()) return json({{"status", "ready"}, {"checks", checks}});
-  return json({{"status", "unavailable"},
-               {"reason", fmt::format("{}", fmt::join(problems, "; "))},
-               {"checks", checks}},
-              503);
+  // Anyone may ask /readyz. Where the server has users, what failed (a database's host and
+  // port, a path) is told only to a signed-in caller; anyone else learns which check failed.
+  std::string reason = found;
+  if (services_.auth.requires_tokens() && request.identity.method == AuthMethod::kNone) {
+    std::vector<std::string> failing;
+    for (auto& [name, result] : checks.items()) {
+      if (result == "ok") continue;
+      failing.push_back(name);
+      result = "failing";
+    }
+    reason =
+        fmt::format("{} failing; the server's log says why, as does /readyz asked with a token",
+                    fmt::join(failing, ", "));
+  }
+  return json({{"status", "unavailable"}, {"reason", reason}, {"checks", checks}}, 503);
 }
 
 ApiResult<ApiReply> Api::info(const ApiRequest& request) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -91,7 +92,7 @@ class Api {
 
   ApiResult<ApiReply> page();
   ApiResult<ApiReply> asset(const ApiRequest& request);
-  ApiResult<ApiReply> ready();
+  ApiResult<ApiReply> ready(const ApiRequest& request);
   ApiResult<ApiReply> info(const ApiRequest& request);
   ApiResult<ApiReply> read_session(const ApiRequest& request);
   ApiResult<ApiReply> create_session(const ApiRequest& request);
@@ -114,6 +115,9 @@ class Api {
 
   Services services_;
   std::string openapi_;  // the document, as JSON text
+  // What /readyz last found wrong, logged once each time it changes (probes ask every few s).
+  std::mutex readiness_mutex_;
+  std::string logged_problems_;
 };
 
 // "a=1&b=x%20y" -> {a: 1, b: "x y"}; a malformed escape is an error.

@@ -291,9 +291,16 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
                                  to_std(request[http::field::origin]),
                                  to_std(request[to_beast(kCsrfHeader)])};
       if (auto checked = auth_.check_origin(origin); !checked) return checked;
-      if (!api_request.route.route->public_route) {
-        auto identity = auth_.authenticate(
-            {to_std(request[http::field::authorization]), to_std(request[http::field::cookie])});
+      const Credentials credentials{to_std(request[http::field::authorization]),
+                                    to_std(request[http::field::cookie])};
+      if (api_request.route.route->public_route) {
+        // Answered to anyone; a caller who signs in anyway may be told more (/readyz).
+        if (auto identity = auth_.authenticate(credentials)) {
+          api_request.identity = std::move(*identity);
+          user = api_request.identity.user;
+        }
+      } else {
+        auto identity = auth_.authenticate(credentials);
         if (!identity) return std::unexpected(identity.error());
         api_request.identity = std::move(*identity);
         user = api_request.identity.user;

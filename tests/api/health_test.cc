@@ -51,5 +51,38 @@ TEST(Health, NotReadyWhenTheDatabaseIsUnreachableAndSaysSo) {
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
+TEST(Health, WithUsersOnlyASignedInCallerIsToldWhatFailed) {
+  QuarryServer server(
+      {.tokens = true,
+       .database_url = "postgresql://quarry_reader:not-the-password@127.0.0.1:1/analytics"});
+  ASSERT_TRUE(server.started());
+  // Anyone learns which check fails, not where the database is.
+  ApiClient anyone(server.url());
+  auto ready = anyone.get("/readyz");
+  ASSERT_EQ(ready.status, 503) << ready.body;
+  EXPECT_EQ(ready.json["status"], "unavailable");
+  EXPECT_EQ(ready.json["checks"],
+            nlohmann::json({{"database", "failing"}, {"history", "ok"}, {"sandboxes", "ok"}}));
+  const std::string reason = ready.json.value("reason", "");
+  EXPECT_TRUE(reason.starts_with("database failing")) << reason;
+  EXPECT_NE(reason.find("with a token"), std::string::npos) << "says how to learn more: " << reason;
+  EXPECT_EQ(ready.body.find("127.0.0.1"), std::string::npos) << ready.body;
+  EXPECT_EQ(ready.body.find("port 1"), std::string::npos) << ready.body;
+  // A caller with a token is told, and the server's log has it too.
+  ApiClient alice(server.url());
+  alice.use_token(server.token("alice"));
+  auto told = alice.get("/readyz");
+  ASSERT_EQ(told.status, 503) << told.body;
+  EXPECT_NE(told.json.value("reason", "").find("127.0.0.1"), std::string::npos) << told.body;
+  EXPECT_NE(told.json["checks"]["database"], "failing");
+  EXPECT_EQ(told.body.find("not-the-password"), std::string::npos) << told.body;
+  // A token that is not valid is no error here: /readyz answers anyone.
+  ApiClient stranger(server.url());
+  stranger.use_token("not-a-token");
+  EXPECT_EQ(stranger.get("/readyz").json["checks"]["database"], "failing");
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+  EXPECT_NE(server.log().find("not ready: database: "), std::string::npos);
+}
+
 }  // namespace
 }  // namespace quarry::testing
