@@ -396,6 +396,7 @@ ApiResult<ApiReply> Api::info(const ApiRequest& request) {
                  {"disk_bytes", resources.disk_bytes},
                  {"pids", resources.pids},
                  {"exec_timeout_ms", config.sandbox.exec_timeout.count()},
+                 {"output_limit_bytes", config.sandbox.output_limit_bytes},
                  {"idle_timeout_ms", config.sandbox.idle_timeout.count()},
                  {"data_dir", config.sandbox.data_dir},
                  {"output_dir", config.sandbox.output_dir}}}});

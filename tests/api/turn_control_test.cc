@@ -342,5 +342,22 @@ TEST(TurnControl, CellsOfEveryKindAreStepsLikeTheModelsOwn) {
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
+TEST(TurnControl, AStepKeepsAtMostTheOutputLimitTheServerStates) {
+  QuarryServer server({.sandbox_config = "  output_limit: 1KiB\n"});
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  EXPECT_EQ(api.get("/api/v1/info").json["sandbox"]["output_limit_bytes"], 1024);
+  const auto id = api.create_conversation();
+  auto cell = api.cell(id, "python", "print('x' * 5000)\nprint('the end')");
+  ASSERT_FALSE(cell.events.empty());
+  auto finished = of_type(cell.events, "tool_finished");
+  ASSERT_EQ(finished.size(), 1u);
+  const std::string content = finished[0].data["content"].get<std::string>();
+  EXPECT_NE(content.find("longer than 1 KiB per stream and was cut"), std::string::npos)
+      << content.substr(content.size() > 600 ? content.size() - 600 : 0);
+  EXPECT_EQ(content.find("the end"), std::string::npos) << "past the limit: " << content;
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
 }  // namespace
 }  // namespace quarry::testing
