@@ -25,7 +25,7 @@ std::string frame(const nlohmann::json& message) {
 }
 
 std::string held(const std::vector<std::string>& names) {
-  return names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, "; "));
+  return fmt::format("{}", fmt::join(names, "; "));
 }
 
 // "df: polars.DataFrame 6351 x 4" for each name the kernel reports.
@@ -147,10 +147,15 @@ Result<KernelStep> PythonKernel::run(conversation::LazySandbox& sandbox, const K
     sandbox.stop_process(kProcessName);
     RETURN_IF_ERROR(sandbox.set_kernel_names({}));
     if (exec.exit_code == 0) exec.exit_code = 1;
-    const std::string lost = fmt::format(
-        "The Python kernel's state was lost with it: {}. The next step starts a new "
-        "kernel; load or compute what it needs again.",
-        held(before));
+    const std::string lost =
+        before.empty()
+            ? std::string(
+                  "The Python kernel went with it (it held no names yet); the next step "
+                  "starts a new one.")
+            : fmt::format(
+                  "The Python kernel's state was lost with it: {}. The next step starts a new "
+                  "kernel; load or compute what it needs again.",
+                  held(before));
     if (exec.oom) {
       exec.message =
           sandbox::oom_message(exec.peak_memory_bytes, exec.memory_limit_bytes) + "\n" + lost;

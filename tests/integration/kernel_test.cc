@@ -194,6 +194,12 @@ TEST_F(KernelTest, OutOfMemoryLosesTheStateSaysWhatAndTheNextStepWorks) {
   EXPECT_NE(after.content.find("False 6351"), std::string::npos) << after.content;
   EXPECT_EQ(after.content.find("started again"), std::string::npos)
       << "the loss was told once, with the OOM";
+  // A kernel that held nothing yet is said to have held nothing, not to have lost "nothing".
+  auto first = python("x = bytearray(4 * 1024 * 1024 * 1024)");
+  EXPECT_FALSE(first.ok);
+  EXPECT_NE(first.content.find("The Python kernel went with it (it held no names yet)"),
+            std::string::npos)
+      << first.content;
 }
 
 TEST_F(KernelTest, ATimeoutInterruptsAndTheKernelSurvivesWhenTheCodeStops) {
