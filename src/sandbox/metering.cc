@@ -1,6 +1,7 @@
 #include "sandbox/metering.h"
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 
 #include <cmath>
 
@@ -31,6 +32,15 @@ std::string metering_line(const ExecResult& r) {
 std::string timeout_message(std::chrono::milliseconds timeout) {
   return fmt::format("Timed out: command ran longer than {} and was killed.",
                      format_duration(timeout));
+}
+
+void set_exit_status(ExecResult& result, int wait_status) {
+  if (WIFSIGNALED(wait_status)) {
+    result.signal = WTERMSIG(wait_status);
+    result.exit_code = 128 + WTERMSIG(wait_status);
+  } else {
+    result.exit_code = WEXITSTATUS(wait_status);
+  }
 }
 
 void describe(ExecResult& result, std::chrono::milliseconds timeout) {

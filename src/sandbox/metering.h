@@ -25,6 +25,8 @@ std::string timeout_message(std::chrono::milliseconds timeout);
 
 // Fills oom/timed_out-derived `message` from the other fields.
 void describe(ExecResult& result, std::chrono::milliseconds timeout);
+// The exit code (128 + N for a signal N, as a shell reports it) and signal of a waitpid status.
+void set_exit_status(ExecResult& result, int wait_status);
 
 // The `--json` shape of `quarry sandbox exec`: exit_code, signal, stdout, stderr, truncated,
 // run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, oom, timed_out, message.

@@ -276,23 +276,13 @@ Result<StepResult> LocalProcess::step(const StepRequest& request) {
   }
   if (ended_) {
     step.exited = true;
-    const int status = status_.value_or(0);
-    if (WIFSIGNALED(status)) {
-      result.signal = WTERMSIG(status);
-      result.exit_code = 128 + WTERMSIG(status);
-    } else {
-      result.exit_code = WEXITSTATUS(status);
-    }
-    if (killed && !status_) {
-      result.signal = SIGKILL;
-      result.exit_code = 128 + SIGKILL;
-    }
+    // Killed before init could report it: as SIGKILL's status would say.
+    set_exit_status(result, status_.value_or(killed ? SIGKILL : 0));
   } else if (killed) {
     // Killed, its report not in yet: it is on its way.
     read_exit();
     step.exited = true;
-    result.signal = SIGKILL;
-    result.exit_code = 128 + SIGKILL;
+    set_exit_status(result, SIGKILL);
   }
   result.run_ms = milliseconds(answered - sent);
   describe(result, request.timeout);

@@ -645,13 +645,7 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
                       id);
   }
 
-  const int status = exit_message->status;
-  if (WIFSIGNALED(status)) {
-    result.signal = WTERMSIG(status);
-    result.exit_code = 128 + WTERMSIG(status);
-  } else {
-    result.exit_code = WEXITSTATUS(status);
-  }
+  set_exit_status(result, exit_message->status);
   result.run_ms = static_cast<double>(exit_message->run_ns) / 1e6;
   auto counters = cgroups_->exec_counters(id, exec_name);
   if (counters) {
