@@ -144,7 +144,7 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
   constexpr std::string_view kPath = "sandbox";
   RETURN_IF_ERROR(walk.check_map(
       node, kPath,
-      {"provider", "packages", "data_dir", "output_dir", "export_max_rows", "resources",
+      {"provider", "packages", "lock", "data_dir", "output_dir", "export_max_rows", "resources",
        "exec_timeout", "idle_timeout", "network", "output_limit", "artifacts", "local"}));
   if (node.IsNull()) return {};
   if (auto value = node["provider"]) {
@@ -163,6 +163,15 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
                          out.packages[i]);
       }
     }
+  }
+  if (auto value = node["lock"]) {
+    ASSIGN_OR_RETURN(auto lock, walk.scalar(value, "sandbox.lock"));
+    if (lock.empty() || lock.find('\0') != std::string::npos ||
+        lock.find('\n') != std::string::npos) {
+      return walk.fail(value, "sandbox.lock", "must name a file (e.g. config.lock)");
+    }
+    out.lock_file = lock;
+    out.lock_named = true;
   }
   if (auto value = node["data_dir"]) {
     ASSIGN_OR_RETURN(out.data_dir, walk.sandbox_dir(value, "sandbox.data_dir"));
@@ -497,12 +506,31 @@ Result<void> validate_resources(const ResourceLimits& resources) {
   return {};
 }
 
+namespace {
+
+// The lock belongs with the configuration: found from the file's directory, and named after it
+// unless sandbox.lock names it.
+void resolve_lock_file(SandboxConfig& sandbox, std::string_view source) {
+  const std::filesystem::path file(source);
+  auto& lock = sandbox.lock_file;
+  if (lock.empty()) {
+    lock = file.parent_path() / file.stem().concat(".lock");
+  } else if (lock.is_relative()) {
+    lock = file.parent_path() / lock;
+  }
+}
+
+}  // namespace
+
 Result<Config> parse_config(std::string_view yaml_text, std::string_view source) {
   Walker walk(source);
   ASSIGN_OR_RETURN(auto root, walk.load(yaml_text));
   Config config;
   config.source = std::string(source);
-  if (root.IsNull()) return config;  // an empty file means all defaults
+  if (root.IsNull()) {  // an empty file means all defaults
+    resolve_lock_file(config.sandbox, source);
+    return config;
+  }
   try {
     RETURN_IF_ERROR(walk.check_map(
         root, "", {"sandbox", "capacity", "database", "conversations", "model", "server"}));
@@ -521,6 +549,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
     return make_error(ErrorCode::kInvalidArgument, "{}:{}: {}", source, error.mark.line + 1,
                       error.msg);
   }
+  resolve_lock_file(config.sandbox, source);
   return config;
 }
 

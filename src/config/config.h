@@ -52,8 +52,18 @@ struct ArtifactLimits {
 
 struct SandboxConfig {
   std::string provider = "local";
-  std::vector<std::string> packages = {"polars", "duckdb",     "pyarrow", "pandas",
-                                       "numpy",  "matplotlib", "plotly"};
+  // The image's Python packages. The built-in set is pinned to versions whose APIs the code
+  // models usually write expects (DuckDB 1, Polars 1, pandas 2), and its lock, every package
+  // with its hash, is built into quarry (src/sandbox/local/python.lock).
+  std::vector<std::string> packages = {"polars==1.35.2", "duckdb==1.4.5", "pyarrow==22.0.0",
+                                       "pandas==2.3.3",  "numpy==2.3.5",  "matplotlib==3.10.9",
+                                       "plotly==6.5.2"};
+  // The lock of those packages (quarry image lock writes it): sandbox.lock, relative to the
+  // configuration file, else <config name>.lock beside it (config.yml -> config.lock); empty
+  // without a configuration file. The built-in lock is used instead when the packages are the
+  // built-in set and no lock was named or made.
+  std::filesystem::path lock_file;
+  bool lock_named = false;  // sandbox.lock was given
   std::string data_dir = "/home/sandbox/data";
   std::string output_dir = "/home/sandbox/outputs";
   uint64_t export_max_rows = 100000;

@@ -122,7 +122,8 @@ TEST(Guidance, CarriesTheExecutionAdvice) {
        {"Filter and aggregate in SQL first", "Export only the columns", "Polars for smaller",
         "DuckDB for large data, medians, percentiles and distinct counts",
         "After an out-of-memory error, change the approach", "never rerun the same code",
-        "/home/sandbox/data", "/home/sandbox/outputs", "polars, duckdb, pyarrow"}) {
+        "/home/sandbox/data", "/home/sandbox/outputs",
+        "Python packages available: polars==1.35.2, duckdb==1.4.5"}) {
     EXPECT_NE(prompt.find(advice), std::string::npos) << advice;
   }
 }

@@ -1,5 +1,5 @@
-// The lock of an image's Python packages: reading it, and its checks against sandbox.packages,
-// the wheels and what was installed.
+// The lock of an image's Python packages: reading it, its checks against sandbox.packages, the
+// wheels and what was installed, the built-in lock, and what decides which lock is used.
 #include "sandbox/local/python_lock.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 
 #include "common/file_util.h"
 #include "common/sha256.h"
+#include "sandbox/local/image.h"
 
 namespace quarry::sandbox::local {
 namespace {
@@ -214,6 +215,69 @@ TEST(PythonLock, InstalledMustBeWhatTheLockPins) {
                            "rich 13 is installed but not in the lock"}) {
     EXPECT_NE(differs.error().message.find(part), std::string::npos) << differs.error().message;
   }
+}
+
+// The lock built into quarry is the one of the built-in sandbox.packages: a change of the pins
+// in config.h without `quarry image lock --output src/sandbox/local/python.lock` fails here.
+TEST(PythonLock, TheBuiltInLockCoversTheBuiltInPackages) {
+  auto lock = parse_python_lock(built_in_python_lock(), kBuiltInLock);
+  ASSERT_TRUE(lock) << lock.error().message;
+  EXPECT_TRUE(check_lock_covers(*lock, SandboxConfig{}.packages, kBuiltInLock));
+  for (const auto& requirement : SandboxConfig{}.packages) {
+    EXPECT_NE(requirement.find("=="), std::string::npos) << requirement << " is not pinned";
+  }
+}
+
+TEST(PythonLock, WhichLockAConfigurationUses) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("quarry-lock-config-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+
+  // The built-in packages: the built-in lock, until the configuration has a lock of its own.
+  auto plain = parse_config("", (dir / "config.yml").string());
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->sandbox.lock_file, dir / "config.lock");
+  auto file = lock_file_for(plain->sandbox);
+  ASSERT_TRUE(file);
+  EXPECT_FALSE(*file);
+  ASSERT_TRUE(write_file_atomic(dir / "config.lock", "# python: 3.11\n"));
+  file = lock_file_for(plain->sandbox);
+  ASSERT_TRUE(file && *file);
+  EXPECT_EQ(**file, dir / "config.lock");
+
+  // Packages of its own: always the file beside it (made by the first build).
+  auto own = parse_config("sandbox:\n  packages: [polars]\n", (dir / "bench.yml").string());
+  ASSERT_TRUE(own);
+  file = lock_file_for(own->sandbox);
+  ASSERT_TRUE(file && *file);
+  EXPECT_EQ(**file, dir / "bench.lock");
+  auto missing = default_image_definition(own->sandbox);
+  if (!missing && missing.error().code == ErrorCode::kNotFound) {
+    EXPECT_NE(missing.error().message.find("bench.lock, does not exist yet; run: quarry image "
+                                           "build"),
+              std::string::npos)
+        << missing.error().message;
+  }
+
+  // sandbox.lock names it, relative to the configuration.
+  auto named = parse_config("sandbox:\n  lock: locks/python.lock\n", (dir / "c.yml").string());
+  ASSERT_TRUE(named);
+  file = lock_file_for(named->sandbox);
+  ASSERT_TRUE(file && *file);
+  EXPECT_EQ(**file, dir / "locks/python.lock");
+  auto empty = parse_config("sandbox:\n  lock: ''\n", "c.yml");
+  ASSERT_FALSE(empty);
+  EXPECT_NE(empty.error().message.find("sandbox.lock: must name a file"), std::string::npos)
+      << empty.error().message;
+
+  // No configuration file and packages of its own: nowhere to keep a lock.
+  SandboxConfig programmatic;
+  programmatic.packages = {"polars"};
+  auto nowhere = lock_file_for(programmatic);
+  ASSERT_FALSE(nowhere);
+  EXPECT_NE(nowhere.error().message.find("needs a lock of its own"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "common/command.h"
 #include "common/file_util.h"
 #include "common/sha256.h"
+#include "common/units.h"
 
 namespace quarry::sandbox::local {
 namespace {
@@ -87,6 +88,61 @@ Result<uint64_t> shift_owners(const std::filesystem::path& root, uint32_t id_bas
   return total;
 }
 
+// What the host's pip needs to fetch wheels for the image rather than for the host: the image's
+// Python and platform, wheels only.
+std::vector<std::string> pip_target(std::string_view python_version) {
+  std::vector<std::string> args = {"--only-binary=:all:", "--python-version",
+                                   std::string(python_version), "--implementation", "cp"};
+  // manylinux tags up to glibc 2.36 (Debian bookworm's); pip needs each one named.
+  args.insert(args.end(), {"--platform", "manylinux2014_x86_64", "--platform",
+                           "manylinux2010_x86_64", "--platform", "manylinux1_x86_64"});
+  for (int minor = 17; minor <= 36; ++minor) {
+    args.insert(args.end(), {"--platform", fmt::format("manylinux_2_{}_x86_64", minor)});
+  }
+  return args;
+}
+
+// The major.minor of the Python in a root filesystem.
+Result<std::string> python_version_in(const std::filesystem::path& rootfs, Progress& progress) {
+  // -I -B: nothing from the environment, no bytecode written into the shared base.
+  ASSIGN_OR_RETURN(auto output, in_chroot(rootfs,
+                                          {"python3", "-I", "-B", "-c",
+                                           "import sys; print('%d.%d' % sys.version_info[:2])"},
+                                          progress));
+  auto parts = words(output.output);
+  if (parts.empty()) {
+    return make_error(ErrorCode::kInternal, "the image's python3 did not say its version");
+  }
+  return parts.back();
+}
+
+// Moves the wheels pip left in `from` into `to`.
+Result<void> move_wheels(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(from, error)) {
+    if (entry.path().extension() != ".whl") continue;
+    std::filesystem::rename(entry.path(), to / entry.path().filename(), error);
+    if (error) {
+      return make_error(ErrorCode::kInternal, "moving '{}' into '{}' failed: {}",
+                        entry.path().string(), to.string(), error.message());
+    }
+  }
+  if (error) {
+    return make_error(ErrorCode::kInternal, "listing '{}' failed: {}", from.string(),
+                      error.message());
+  }
+  return {};
+}
+
+// A directory removed when the scope ends, unless disarmed.
+struct ScopedTree {
+  std::filesystem::path path;
+  bool armed = true;
+  ~ScopedTree() {
+    if (armed) (void)remove_tree(path);
+  }
+};
+
 }  // namespace
 
 nlohmann::json ImageDefinition::to_json() const {
@@ -94,6 +150,7 @@ nlohmann::json ImageDefinition::to_json() const {
           {"suite", suite},
           {"debian_packages", debian_packages},
           {"python_packages", python_packages},
+          {"python_lock", lock.sha256()},
           {"id_base", id_base}};
 }
 
@@ -109,7 +166,49 @@ std::string ImageDefinition::base_hash() const {
   return sha256_hex(base.dump()).substr(0, 16);
 }
 
+Result<std::optional<std::filesystem::path>> lock_file_for(const SandboxConfig& config) {
+  if (config.lock_named) return config.lock_file;
+  auto wanted = config.packages;
+  auto built_in = SandboxConfig{}.packages;
+  std::sort(wanted.begin(), wanted.end());
+  std::sort(built_in.begin(), built_in.end());
+  std::error_code error;
+  if (!config.lock_file.empty() &&
+      (wanted != built_in || std::filesystem::exists(config.lock_file, error))) {
+    return config.lock_file;
+  }
+  if (wanted == built_in) return std::nullopt;
+  return make_error(ErrorCode::kFailedPrecondition,
+                    "sandbox.packages is not the built-in set, so its image needs a lock of its "
+                    "own: put the packages in a configuration file (its lock goes beside it) or "
+                    "name the lock in sandbox.lock");
+}
+
 Result<ImageDefinition> default_image_definition(const SandboxConfig& config) {
+  ASSIGN_OR_RETURN(auto definition, unlocked_image_definition(config));
+  ASSIGN_OR_RETURN(auto file, lock_file_for(config));
+  std::string text;
+  if (file) {
+    definition.lock_source = file->string();
+    std::error_code error;
+    if (!std::filesystem::exists(*file, error)) {
+      return make_error(ErrorCode::kNotFound,
+                        "the lock of the sandbox image's Python packages, {}, does not exist yet; "
+                        "run: quarry image build (it resolves the packages, writes the lock and "
+                        "builds the image)",
+                        file->string());
+    }
+    ASSIGN_OR_RETURN(text, with_context(read_file(*file), "reading the image's lock"));
+  } else {
+    definition.lock_source = kBuiltInLock;
+    text = built_in_python_lock();
+  }
+  ASSIGN_OR_RETURN(definition.lock, parse_python_lock(text, definition.lock_source));
+  RETURN_IF_ERROR(check_lock_covers(definition.lock, config.packages, definition.lock_source));
+  return definition;
+}
+
+Result<ImageDefinition> unlocked_image_definition(const SandboxConfig& config) {
   auto id = os_release_value("ID");
   auto codename = os_release_value("VERSION_CODENAME");
   if (!id || *id != "debian" || !codename) {
@@ -122,6 +221,7 @@ Result<ImageDefinition> default_image_definition(const SandboxConfig& config) {
   definition.suite = *codename;
   definition.debian_packages = kDebianPackages;
   definition.python_packages = config.packages;
+  std::sort(definition.python_packages.begin(), definition.python_packages.end());
   return definition;
 }
 
@@ -183,6 +283,28 @@ Result<std::string> host_debian_mirror(std::string_view suite) {
                     suite);
 }
 
+std::map<std::string, std::string> installed_python_packages(const nlohmann::json& manifest) {
+  std::map<std::string, std::string> out;
+  auto packages = manifest.find("python_packages");
+  if (packages == manifest.end() || !packages->is_object()) return out;
+  for (const auto& [name, version] : packages->items()) {
+    if (version.is_string()) out[normalize_package_name(name)] = version.get<std::string>();
+  }
+  return out;
+}
+
+std::string describe_python_packages(const nlohmann::json& manifest,
+                                     const std::vector<std::string>& requirements) {
+  const auto installed = installed_python_packages(manifest);
+  std::vector<std::string> parts;
+  for (const auto& requirement : requirements) {
+    const std::string name = requirement_name(requirement);
+    auto found = installed.find(name);
+    parts.push_back(found == installed.end() ? name : fmt::format("{} {}", name, found->second));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 ImageStore::ImageStore(std::filesystem::path cache_dir) : cache_dir_(std::move(cache_dir)) {}
 
 std::filesystem::path ImageStore::image_dir(std::string_view hash) const {
@@ -194,9 +316,10 @@ Result<Image> ImageStore::find(const ImageDefinition& definition) const {
   auto manifest_text = read_file(image_dir(hash) / "image.json");
   if (!manifest_text) {
     return make_error(ErrorCode::kFailedPrecondition,
-                      "the sandbox image for this configuration (Debian {}, Python packages: {}) "
-                      "is not built yet; run: quarry image build",
-                      definition.suite, fmt::join(definition.python_packages, ", "));
+                      "the sandbox image for this configuration (Debian {}, Python packages: {}, "
+                      "{} {}) is not built yet; run: quarry image build",
+                      definition.suite, fmt::join(definition.python_packages, ", "),
+                      definition.lock_source, definition.lock.sha256().substr(0, 12));
   }
   auto manifest = nlohmann::json::parse(*manifest_text, nullptr, false);
   if (manifest.is_discarded()) {
@@ -265,19 +388,24 @@ Result<Image> ImageStore::build(const ImageDefinition& definition, bool force,
   }
   const std::string hash = definition.hash();
   ASSIGN_OR_RETURN(auto base, build_base(definition, progress));
+  ASSIGN_OR_RETURN(std::string python_version, python_version_in(base, progress));
+  if (python_version != definition.lock.python) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "{} is for Python {}, but the image's Debian {} has Python {}; run: quarry "
+                      "image lock (it resolves the packages for this Python)",
+                      definition.lock_source, definition.lock.python, definition.suite,
+                      python_version);
+  }
+  progress.step(fmt::format("{} locked Python packages ({} {})", definition.lock.packages.size(),
+                            definition.lock_source, definition.lock.sha256().substr(0, 12)));
+  ASSIGN_OR_RETURN(auto wheels, fetch_locked_wheels(definition, progress));
 
   progress.step("copying the base system");
   auto work = cache_dir_ / "images" / fmt::format(".build-{}-{}", hash, ::getpid());
   RETURN_IF_ERROR(remove_tree(work));
   RETURN_IF_ERROR(make_directories(work, 0755));
   // Whatever fails below, leave no half-built image behind.
-  struct Cleanup {
-    std::filesystem::path path;
-    bool armed = true;
-    ~Cleanup() {
-      if (armed) (void)remove_tree(path);
-    }
-  } cleanup{work};
+  ScopedTree cleanup{work};
   auto rootfs = work / "rootfs";
   RETURN_IF_ERROR(run_command({"cp", "-a", base.string(), rootfs.string()}));
 
@@ -304,88 +432,42 @@ Result<Image> ImageStore::build(const ImageDefinition& definition, bool force,
   RETURN_IF_ERROR(make_directories(rootfs / "home" / kSandboxUserName, 0755));
   ::chown((rootfs / "home" / kSandboxUserName).c_str(), kSandboxUser, kSandboxUser);
   RETURN_IF_ERROR(in_chroot(rootfs, {"python3", "-m", "venv", std::string(kVenvDir)}, progress));
-  ASSIGN_OR_RETURN(
-      auto version_output,
-      in_chroot(rootfs, {"python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"},
-                progress));
-  std::string python_version = words(version_output.output).back();
 
-  progress.step(fmt::format("downloading {} Python packages and their dependencies",
-                            definition.python_packages.size()));
-  auto wheels = cache_dir_ / "wheels";
-  RETURN_IF_ERROR(make_directories(wheels, 0755));
-  {
-    // The host's pip (and its configuration) fetches wheels for the image's Python; no
-    // network is needed inside the image.
-    std::vector<std::string> download = {"python3",
-                                         "-m",
-                                         "pip",
-                                         "download",
-                                         "--quiet",
-                                         "--only-binary=:all:",
-                                         "--dest",
-                                         wheels.string(),
-                                         "--python-version",
-                                         python_version,
-                                         "--implementation",
-                                         "cp"};
-    // manylinux tags up to glibc 2.36 (Debian bookworm's); pip needs each one named.
-    download.insert(download.end(), {"--platform", "manylinux2014_x86_64", "--platform",
-                                     "manylinux2010_x86_64", "--platform", "manylinux1_x86_64"});
-    for (int minor = 17; minor <= 36; ++minor) {
-      download.insert(download.end(), {"--platform", fmt::format("manylinux_2_{}_x86_64", minor)});
+  progress.step("installing the locked Python packages into the image");
+  if (!definition.lock.packages.empty()) {
+    // Exactly the locked wheels, beside the lock as a requirements file: pip checks each hash,
+    // finds nothing else to choose from and resolves nothing (--no-deps; pip check below).
+    auto staged = rootfs / "tmp/wheels";
+    RETURN_IF_ERROR(make_directories(staged, 0755));
+    for (const auto& [name, wheel] : wheels) {
+      std::error_code error;
+      std::filesystem::create_hard_link(wheel, staged / wheel.filename(), error);
+      if (error) std::filesystem::copy_file(wheel, staged / wheel.filename(), error);
+      if (error) {
+        return make_error(ErrorCode::kInternal, "copying '{}' into the image failed: {}",
+                          wheel.string(), error.message());
+      }
     }
-    download.insert(download.end(), definition.python_packages.begin(),
-                    definition.python_packages.end());
-    CommandOptions options;
-    options.on_line = [&](std::string_view line) { progress.detail(line); };
-    auto downloaded = run_command(download, options);
-    if (!downloaded) {
-      return std::unexpected(downloaded.error().with_context("downloading Python packages"));
-    }
-  }
-
-  progress.step("installing Python packages into the image");
-  RETURN_IF_ERROR(make_directories(rootfs / "tmp/wheels", 0755));
-  {
-    std::vector<std::string> install = {
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        "mount --bind \"$1\" \"$2/tmp/wheels\" && shift 2 && exec chroot \"$0\" \"$@\"",
-        rootfs.string(),
-        wheels.string(),
-        rootfs.string(),
-        std::string(kVenvDir) + "/bin/pip",
-        "install",
-        "--quiet",
-        "--no-index",
-        "--no-cache-dir",
-        "--disable-pip-version-check",
-        "--find-links",
-        "/tmp/wheels"};
-    // sh -c 'script' $0 $1 $2 ...: $0 is the rootfs for chroot, $1 and $2 the bind mount.
-    install.insert(install.end(), definition.python_packages.begin(),
-                   definition.python_packages.end());
-    CommandOptions options;
-    options.environment = kBuildEnvironment;
-    options.on_line = [&](std::string_view line) { progress.detail(line); };
-    auto installed = run_command(install, options);
+    RETURN_IF_ERROR(write_file_atomic(staged / "requirements.txt", definition.lock.text(), 0644));
+    auto installed =
+        in_chroot(rootfs,
+                  {std::string(kVenvDir) + "/bin/pip", "install", "--quiet", "--no-index",
+                   "--no-deps", "--require-hashes", "--no-cache-dir", "--disable-pip-version-check",
+                   "--find-links", "/tmp/wheels", "-r", "/tmp/wheels/requirements.txt"},
+                  progress);
     if (!installed) {
       return std::unexpected(installed.error().with_context("installing Python packages"));
     }
+    RETURN_IF_ERROR(remove_tree(staged));
   }
-  std::filesystem::remove(rootfs / "tmp/wheels");
   RETURN_IF_ERROR(with_context(
       in_chroot(rootfs, {std::string(kVenvDir) + "/bin/pip", "check"}, progress), "pip check"));
   ASSIGN_OR_RETURN(auto freeze, in_chroot(rootfs,
                                           {std::string(kVenvDir) + "/bin/pip", "freeze", "--all",
                                            "--disable-pip-version-check"},
                                           progress));
-  if (contains(definition.python_packages, "matplotlib")) {
+  RETURN_IF_ERROR(check_installed(definition.lock, freeze.output, definition.lock_source));
+  if (definition.lock.find("matplotlib")) {
     // matplotlib builds its font cache on first import, which takes seconds; do it once here.
     RETURN_IF_ERROR(
         in_chroot(rootfs, {std::string(kVenvDir) + "/bin/python", "-c", "import matplotlib.pyplot"},
@@ -412,11 +494,16 @@ Result<Image> ImageStore::build(const ImageDefinition& definition, bool force,
       {"definition", definition.to_json()},
       {"python_version", python_version},
       {"python_packages", packages},
+      {"lock",
+       {{"source", definition.lock_source},
+        {"sha256", definition.lock.sha256()},
+        {"file", "python.lock"}}},
       {"size_bytes", size_bytes},
       {"built_at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count()},
   };
+  RETURN_IF_ERROR(write_file_atomic(work / "python.lock", definition.lock.text(), 0644));
   RETURN_IF_ERROR(write_file_atomic(work / "image.json", manifest.dump(2) + "\n", 0644));
 
   auto final_dir = image_dir(hash);
@@ -434,9 +521,107 @@ Result<Image> ImageStore::build(const ImageDefinition& definition, bool force,
                       final_dir.string(), error.message());
   }
   cleanup.armed = false;
-  progress.finish(
-      fmt::format("built image {} ({}, Python {})", hash, format_size(size_bytes), python_version));
+  progress.finish(fmt::format("built image {} ({}, Python {}, from {} {})", hash,
+                              format_size(size_bytes), python_version, definition.lock_source,
+                              definition.lock.sha256().substr(0, 12)));
   return Image{hash, final_dir / "rootfs", std::move(manifest)};
+}
+
+Result<std::map<std::string, std::filesystem::path>> ImageStore::fetch_locked_wheels(
+    const ImageDefinition& definition, Progress& progress) const {
+  const auto& lock = definition.lock;
+  auto dir = cache_dir_ / "wheels";
+  RETURN_IF_ERROR(make_directories(dir, 0755));
+  auto wheels = find_locked_wheels(lock, dir);
+  if (!wheels.missing.empty()) {
+    // Only the missing ones, each by its pin and hashes: pip resolves nothing and refuses a
+    // file whose hash the lock does not list.
+    PythonLock missing = lock;
+    missing.packages = wheels.missing;
+    auto temp = dir / fmt::format(".download-{}", ::getpid());
+    RETURN_IF_ERROR(remove_tree(temp));
+    RETURN_IF_ERROR(make_directories(temp, 0755));
+    ScopedTree cleanup{temp};
+    RETURN_IF_ERROR(write_file_atomic(temp / "requirements.txt", missing.text(), 0644));
+    std::vector<std::string> download = {"python3",
+                                         "-m",
+                                         "pip",
+                                         "download",
+                                         "--quiet",
+                                         "--no-deps",
+                                         "--require-hashes",
+                                         "--dest",
+                                         temp.string(),
+                                         "-r",
+                                         (temp / "requirements.txt").string()};
+    auto target = pip_target(lock.python);
+    download.insert(download.end(), target.begin(), target.end());
+    CommandOptions options;
+    options.on_line = [&](std::string_view line) { progress.detail(line); };
+    auto downloaded = run_command(download, options);
+    if (!downloaded) {
+      return make_error(
+          downloaded.error().code,
+          "downloading the packages of {} that are not in {} failed: {}\nWhere pip says a "
+          "hash does not match, the package index serves another file than the one that was "
+          "locked: if it changed on purpose, run quarry image lock to lock what it serves now",
+          definition.lock_source, dir.string(), downloaded.error().message);
+    }
+    RETURN_IF_ERROR(move_wheels(temp, dir));
+    wheels = find_locked_wheels(lock, dir);
+  }
+  RETURN_IF_ERROR(check_wheels_found(wheels, definition.lock_source));
+  return wheels.found;
+}
+
+Result<PythonLock> ImageStore::lock(const ImageDefinition& definition, Progress& progress) const {
+  ASSIGN_OR_RETURN(auto base, build_base(definition, progress));
+  PythonLock lock;
+  ASSIGN_OR_RETURN(lock.python, python_version_in(base, progress));
+  lock.requirements = definition.python_packages;
+  std::sort(lock.requirements.begin(), lock.requirements.end());
+  progress.step(fmt::format("resolving {} Python packages for Python {}", lock.requirements.size(),
+                            lock.python));
+  if (lock.requirements.empty()) return lock;
+  auto dir = cache_dir_ / "wheels";
+  RETURN_IF_ERROR(make_directories(dir, 0755));
+  // An empty directory of its own: what pip leaves in it is what it resolved.
+  auto temp = dir / fmt::format(".lock-{}", ::getpid());
+  RETURN_IF_ERROR(remove_tree(temp));
+  RETURN_IF_ERROR(make_directories(temp, 0755));
+  ScopedTree cleanup{temp};
+  std::vector<std::string> download = {"python3", "-m",     "pip",        "download",
+                                       "--quiet", "--dest", temp.string()};
+  auto target = pip_target(lock.python);
+  download.insert(download.end(), target.begin(), target.end());
+  download.insert(download.end(), lock.requirements.begin(), lock.requirements.end());
+  CommandOptions options;
+  options.on_line = [&](std::string_view line) { progress.detail(line); };
+  RETURN_IF_ERROR(with_context(run_command(download, options), "resolving the Python packages"));
+
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(temp, error)) {
+    const std::string filename = entry.path().filename().string();
+    auto wheel = parse_wheel_filename(filename);
+    if (!wheel) {
+      return make_error(ErrorCode::kInternal, "pip left '{}', which is no wheel, in '{}'", filename,
+                        temp.string());
+    }
+    if (lock.find(wheel->name)) {
+      return make_error(ErrorCode::kInternal, "pip chose two wheels of {} in '{}'", wheel->name,
+                        temp.string());
+    }
+    ASSIGN_OR_RETURN(auto content, read_file(entry.path()));
+    lock.packages.push_back({wheel->name, wheel->version, {sha256_hex(content)}});
+  }
+  if (error) {
+    return make_error(ErrorCode::kInternal, "listing '{}' failed: {}", temp.string(),
+                      error.message());
+  }
+  std::sort(lock.packages.begin(), lock.packages.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  RETURN_IF_ERROR(move_wheels(temp, dir));
+  return lock;
 }
 
 }  // namespace quarry::sandbox::local
