@@ -1,13 +1,35 @@
 #include "agent/guidance.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "agent/artifacts.h"
 #include "common/units.h"
 
 namespace quarry::agent {
 
-std::string system_prompt(const Config& config) {
+namespace {
+
+// "Python 3.11 with polars 1.35.2, duckdb 1.4.4 ... Write code for these versions ...", or the
+// configured names when the sandbox's image cannot say.
+std::string python_text(const Config& config, const std::optional<sandbox::Runtime>& runtime) {
+  if (!runtime || runtime->python_version.empty()) {
+    return fmt::format("Python packages available: {}.", fmt::join(config.sandbox.packages, ", "));
+  }
+  std::vector<std::string> packages;
+  for (const auto& [name, version] : runtime->requested) {
+    packages.push_back(version.empty() ? name : fmt::format("{} {}", name, version));
+  }
+  return fmt::format(
+      "The sandbox runs Python {} with {} (and what they depend on). Write code for exactly "
+      "these versions and their APIs, not for newer or older ones; nothing else can be "
+      "installed.",
+      runtime->python_version, fmt::join(packages, ", "));
+}
+
+}  // namespace
+
+std::string system_prompt(const Config& config, const std::optional<sandbox::Runtime>& runtime) {
   const auto& sandbox = config.sandbox;
   return fmt::format(
       R"(You are quarry, a data analyst. You answer questions about the company's data in PostgreSQL by querying it and, when the question needs more than SQL, by writing Python that runs in an isolated sandbox. You never see database credentials and the sandbox has no network.
@@ -19,7 +41,7 @@ Tools:
 - run_python(path or code, expected_outputs, fresh): runs Python in the sandbox ({cpus} CPU, {memory} of memory, {timeout} per run) and returns its output with its run time and peak memory. It runs in a kernel that keeps variables, imports and loaded data between steps, like a notebook: read a file once, then work on it in later steps. The value of a last expression is printed; matplotlib figures left open are saved as PNG. fresh: true runs in a new process. List in expected_outputs the files the code must write; the system checks them.
 - list_outputs(): the files in {output_dir}.
 
-Files: data you export is in {data_dir}; put results for the user (charts, tables) in {output_dir}. Files there of these types reach the user: {artifact_types}. Python packages available: {packages}.
+Files: data you export is in {data_dir}; put results for the user (charts, tables) in {output_dir}. Files there of these types reach the user: {artifact_types}. {python}
 
 How to work: measure, understand the bottleneck, rewrite, retry.
 1. Filter and aggregate in SQL first; use query_database for small answers.
@@ -35,7 +57,7 @@ How to work: measure, understand the bottleneck, rewrite, retry.
       fmt::arg("cpus", sandbox.resources.cpus),
       fmt::arg("memory", format_size(sandbox.resources.memory_bytes)),
       fmt::arg("timeout", format_duration(sandbox.exec_timeout)),
-      fmt::arg("packages", fmt::join(sandbox.packages, ", ")),
+      fmt::arg("python", python_text(config, runtime)),
       fmt::arg("artifact_types", fmt::join(kArtifactTypes, ", ")));
 }
 

@@ -3,12 +3,16 @@
 // rewrite after an OOM instead of rerunning).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "config/config.h"
+#include "sandbox/provider.h"
 
 namespace quarry::agent {
 
-std::string system_prompt(const Config& config);
+// `runtime`: what the sandboxes run (the image's Python and package versions), so the model
+// writes code for those versions; without it the prompt names the configured packages only.
+std::string system_prompt(const Config& config, const std::optional<sandbox::Runtime>& runtime);
 
 }  // namespace quarry::agent

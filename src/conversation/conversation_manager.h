@@ -65,6 +65,8 @@ class ConversationManager {
   // Where new sandboxes come from: limits, the warm pool, the queue (the server starts its pool
   // and reads its figures).
   capacity::Scheduler& scheduler() { return *scheduler_; }
+  // What new sandboxes run (their Python and its packages), for the model's guidance.
+  Result<sandbox::Runtime> sandbox_runtime() { return provider_.runtime(); }
 
   // For a server starting up: destroys every sandbox of this instance that an earlier run
   // left (orphans), recording it in their conversations. Returns how many.

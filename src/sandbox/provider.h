@@ -124,9 +124,25 @@ class Process {
   virtual bool alive() = 0;
 };
 
+// What code in a provider's sandboxes runs with, so that the model writes code for it.
+struct Runtime {
+  std::string python_version;  // major.minor, e.g. 3.11
+  // The packages the configuration asks for, in its order, each with its version ("polars",
+  // "1.35.2"); and every Python package installed (normalised name -> version).
+  std::vector<std::pair<std::string, std::string>> requested;
+  std::map<std::string, std::string> installed;
+};
+
 class SandboxProvider {
  public:
   virtual ~SandboxProvider() = default;
+
+  // The Python and packages new sandboxes have. kFailedPrecondition where the provider cannot
+  // tell (or, for the local provider, while the image is not built).
+  virtual Result<Runtime> runtime() {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "this sandbox provider does not say what its sandboxes run");
+  }
 
   // Creates and starts a sandbox; returns once it accepts exec.
   virtual Result<SandboxInfo> create(const SandboxSpec& spec) = 0;

@@ -287,14 +287,19 @@ size_t TurnRunner::running() const {
   return running_.size();
 }
 
+std::string TurnRunner::system_prompt() const {
+  auto runtime = manager_.sandbox_runtime();
+  return agent::system_prompt(config_, runtime ? std::optional(*runtime) : std::nullopt);
+}
+
 Result<int> TurnRunner::ask(const std::string& conversation_id, std::string question) {
   nlohmann::json started = {{"content", question}};
   return start(conversation_id, TurnKind::kAsk, std::move(started),
                [this, question = std::move(question)](Running& running, LiveTurn& live,
                                                       conversation::Turn& turn) {
                  auto toolbox = this->toolbox();
-                 agent::Agent agent(model_, manager_, history_, toolbox,
-                                    agent::system_prompt(config_), agent::agent_options(config_));
+                 agent::Agent agent(model_, manager_, history_, toolbox, system_prompt(),
+                                    agent::agent_options(config_));
                  auto answer =
                      agent.run_turn(turn, question, stream_to(live), running.cancel.get());
                  if (answer) return Outcome{TurnStatus::kCompleted, *answer, std::nullopt};
@@ -311,7 +316,7 @@ Result<int> TurnRunner::run_cell(const std::string& conversation_id, agent::Cell
       conversation_id, TurnKind::kCell, std::move(started),
       [this, cell = std::move(cell)](Running& running, LiveTurn& live, conversation::Turn& turn) {
         auto toolbox = this->toolbox();
-        agent::Agent agent(model_, manager_, history_, toolbox, agent::system_prompt(config_),
+        agent::Agent agent(model_, manager_, history_, toolbox, system_prompt(),
                            agent::agent_options(config_));
         auto result = agent.run_cell(turn, cell, stream_to(live), running.cancel.get());
         return result ? Outcome{} : outcome_of(result.error());

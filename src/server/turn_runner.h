@@ -80,6 +80,8 @@ class TurnRunner {
               const Outcome& outcome);
   agent::AgentEventSink stream_to(LiveTurn& live);
   agent::Toolbox toolbox() const;
+  // Read for each turn, so that a rebuilt image is told to the model from the next turn on.
+  std::string system_prompt() const;
 
   const Config& config_;
   std::filesystem::path state_dir_;

@@ -76,8 +76,13 @@ class AgentScenarioTest : public ::testing::Test {
         {config_,
          data::DatabaseTarget{PostgresEnvironment::get().server().reader_conninfo, "", false},
          *history_, state_dir_});
-    agent::Agent agent(model->get(), *manager_, *history_, toolbox, agent::system_prompt(config_),
-                       agent::agent_options(config_));
+    // The model is told what the real image holds, as quarry ask and serve tell it.
+    auto runtime = manager_->sandbox_runtime();
+    EXPECT_TRUE(runtime) << runtime.error().message;
+    agent::Agent agent(
+        model->get(), *manager_, *history_, toolbox,
+        agent::system_prompt(config_, runtime ? std::optional(*runtime) : std::nullopt),
+        agent::agent_options(config_));
     Turn turn{Result<std::string>(""), {}};
     turn.answer = agent.run_turn(conversation, question, [&](const AgentEvent& event) {
       switch (event.kind) {
@@ -120,6 +125,24 @@ class AgentScenarioTest : public ::testing::Test {
   std::unique_ptr<conversation::SqliteHistoryStore> history_;
   std::unique_ptr<conversation::ConversationManager> manager_;
 };
+
+// The model writes code for the libraries the image has: the prompt names the image's Python
+// and the version of each configured package, read from the built image (the pinned defaults).
+TEST_F(AgentScenarioTest, TheModelIsToldThePythonAndLibraryVersionsOfTheImage) {
+  auto runtime = manager_->sandbox_runtime();
+  ASSERT_TRUE(runtime) << runtime.error().message;
+  const auto prompt = agent::system_prompt(config_, *runtime);
+  EXPECT_NE(prompt.find(fmt::format("Python {} with polars ", runtime->python_version)),
+            std::string::npos)
+      << prompt;
+  for (const auto& requirement : config_.sandbox.packages) {
+    const auto pin = requirement.find("==");
+    ASSERT_NE(pin, std::string::npos) << requirement;
+    const auto named =
+        fmt::format("{} {}", requirement.substr(0, pin), requirement.substr(pin + 2));
+    EXPECT_NE(prompt.find(named), std::string::npos) << named << "\n" << prompt;
+  }
+}
 
 TEST_F(AgentScenarioTest, MedianAndP90OfPeakViewsWithAnInteractiveChart) {
   std::string conversation;

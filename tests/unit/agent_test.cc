@@ -117,15 +117,33 @@ TEST(Artifacts, OnlyTheListedTypesAreCollected) {
 
 TEST(Guidance, CarriesTheExecutionAdvice) {
   Config config;
-  auto prompt = system_prompt(config);
+  auto prompt = system_prompt(config, std::nullopt);
   for (const char* advice :
        {"Filter and aggregate in SQL first", "Export only the columns", "Polars for smaller",
         "DuckDB for large data, medians, percentiles and distinct counts",
         "After an out-of-memory error, change the approach", "never rerun the same code",
-        "/home/sandbox/data", "/home/sandbox/outputs",
-        "Python packages available: polars==1.35.2, duckdb==1.4.5"}) {
+        "/home/sandbox/data", "/home/sandbox/outputs"}) {
     EXPECT_NE(prompt.find(advice), std::string::npos) << advice;
   }
+  // Without an image to read, the configured packages by name.
+  EXPECT_NE(prompt.find("Python packages available: polars=="), std::string::npos) << prompt;
+}
+
+TEST(Guidance, NamesThePythonAndLibraryVersionsOfTheImage) {
+  Config config;
+  sandbox::Runtime runtime;
+  runtime.python_version = "3.11";
+  runtime.requested = {{"polars", "1.35.2"}, {"duckdb", "1.4.4"}, {"pyarrow", "22.0.0"},
+                       {"pandas", "2.3.3"},  {"numpy", "2.3.5"},  {"matplotlib", "3.10.8"},
+                       {"plotly", "6.5.2"}};
+  auto prompt = system_prompt(config, runtime);
+  for (const char* part :
+       {"Python 3.11 with polars 1.35.2, duckdb 1.4.4, pyarrow 22.0.0, pandas 2.3.3, numpy 2.3.5, "
+        "matplotlib 3.10.8, plotly 6.5.2",
+        "Write code for exactly these versions"}) {
+    EXPECT_NE(prompt.find(part), std::string::npos) << part << "\n" << prompt;
+  }
+  EXPECT_EQ(prompt.find("Python packages available"), std::string::npos);
 }
 
 }  // namespace

@@ -153,8 +153,11 @@ int DataRoom::ask(Context& context, const AskOptions& options) {
   }
 
   agent::Toolbox toolbox({*config, database, *history, context.state_dir()});
-  agent::Agent agent(model.get(), manager, *history, toolbox, agent::system_prompt(*config),
-                     agent::agent_options(*config));
+  auto runtime = manager.sandbox_runtime();
+  agent::Agent agent(
+      model.get(), manager, *history, toolbox,
+      agent::system_prompt(*config, runtime ? std::optional(*runtime) : std::nullopt),
+      agent::agent_options(*config));
 
   CancelSignals cancel;
   Printer printer;

@@ -289,6 +289,19 @@ Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(
   return std::unique_ptr<Admission>(new Admission{*this, key});
 }
 
+Result<Runtime> LocalProvider::runtime() {
+  ASSIGN_OR_RETURN(auto definition, default_image_definition(config_));
+  ASSIGN_OR_RETURN(auto image, images_.find(definition));
+  Runtime runtime{
+      image.manifest.value("python_version", ""), {}, installed_python_packages(image.manifest)};
+  for (const auto& requirement : config_.packages) {
+    const std::string name = requirement_name(requirement);
+    auto found = runtime.installed.find(name);
+    runtime.requested.emplace_back(name, found == runtime.installed.end() ? "" : found->second);
+  }
+  return runtime;
+}
+
 Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   RETURN_IF_ERROR(validate_resources(spec.resources));
   RETURN_IF_ERROR(validate_labels(spec.labels));

@@ -31,6 +31,7 @@ class LocalProvider final : public SandboxProvider {
   static Result<std::unique_ptr<LocalProvider>> open(const SandboxConfig& config,
                                                      LocalProviderOptions options);
 
+  Result<Runtime> runtime() override;
   Result<SandboxInfo> create(const SandboxSpec& spec) override;
   Result<void> prepare(std::string_view id, const PrepareSpec& spec) override;
   Result<ExecResult> exec(std::string_view id, const ExecRequest& request) override;
