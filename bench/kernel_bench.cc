@@ -80,11 +80,11 @@ int main(int argc, char** argv) {
   auto config = must(quarry::load_config(std::filesystem::path(argv[1])), "config");
   const auto state_dir = std::filesystem::path(fmt::format("/tmp/qk-{}", ::getpid()));
   const auto cache_dir = quarry::resolve_cache_dir(std::nullopt);
-  const auto init = std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() /
-                    "src/quarry-init";
+  const auto built = std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path();
   auto provider =
       must(quarry::sandbox::local::LocalProvider::open(
-               config.sandbox, {state_dir, cache_dir, init, config.capacity.overcommit}),
+               config.sandbox, {state_dir, cache_dir, built / "src/quarry-init",
+                                config.capacity.overcommit, built / "src/quarry-proxy"}),
            "open");
   quarry::SystemClock clock;
   auto history = must(

@@ -137,10 +137,10 @@ int main(int argc, char** argv) {
   quarry::Config config;
   const auto state_dir = std::filesystem::path(fmt::format("/tmp/qb-{}", ::getpid()));
   const auto cache_dir = quarry::resolve_cache_dir(std::nullopt);
-  const auto init = std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() /
-                    "src/quarry-init";
+  const auto built = std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path();
   auto provider = must(
-      LocalProvider::open(config.sandbox, {state_dir, cache_dir, init, config.capacity.overcommit}),
+      LocalProvider::open(config.sandbox, {state_dir, cache_dir, built / "src/quarry-init",
+                                           config.capacity.overcommit, built / "src/quarry-proxy"}),
       "open");
   clean_up = [&] {
     if (provider) {

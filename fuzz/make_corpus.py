@@ -227,6 +227,32 @@ write("protocol", "errors",
       frame({"type": "error", "message": "mount('overlay') failed: No such device"})
       + frame({"type": "error"}) + frame({"type": "exit", "status": 256, "run_ns": 0}))
 
+# ---- client_hello: the first bytes of a sandbox's tunnel -----------------------------------
+
+def client_hello(server_name, minimum=None):
+    """The ClientHello Python's ssl (OpenSSL) sends first, for `server_name`."""
+    import ssl
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if minimum:
+        context.minimum_version = context.maximum_version = minimum
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=server_name)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+import ssl as _ssl
+write("client_hello", "tls13_pypi", client_hello("pypi.org"))
+write("client_hello", "tls12_index", client_hello("files.pythonhosted.org", _ssl.TLSVersion.TLSv1_2))
+write("client_hello", "no_server_name", client_hello(None))
+write("client_hello", "plain_http", "GET / HTTP/1.1\r\nHost: pypi.org\r\n\r\n")
+write("client_hello", "wildcard_entry", "*.PythonHosted.org.")
+
 # ---- config, scenario, url: what a user writes ------------------------------------------------
 
 write("config", "empty", "")

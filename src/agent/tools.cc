@@ -336,6 +336,7 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
     content += note + "\n";
   content += sandbox::metering_line(result);
   if (result.message) content += "\n" + *result.message;
+  if (auto network = sandbox::network_message(result)) content += "\n" + *network;
   if (!result.stdout_text.empty()) {
     content +=
         "\n--- stdout ---\n" + conversation::cut_middle(result.stdout_text, kOutputShownChars);

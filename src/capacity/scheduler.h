@@ -64,7 +64,10 @@ struct Request {
   std::string user;
   std::string conversation_id;
   sandbox::Labels labels;  // added to the spec's for a sandbox started for this request
-  int cancel_fd = -1;      // readable: stop waiting (kCancelled)
+  // Less network than the spec's (the conversation narrowed it): such a request never gets a
+  // warm sandbox, which has the spec's; it takes a warm one's place and starts its own.
+  std::optional<NetworkPolicy> network;
+  int cancel_fd = -1;  // readable: stop waiting (kCancelled)
   // Told, on the acquiring thread, when the request starts waiting and when its place changes.
   std::function<void(const QueuePosition&)> on_queued;
 };
@@ -183,9 +186,12 @@ class Scheduler {
   Error timed_out(const std::string& user) const;
   // Starts the sandbox of the starting lease `key` (unlocked meanwhile); the lease is dropped if
   // that fails.
-  Result<void> fill(Lock& lock, uint64_t key, const sandbox::Labels& labels);
-  // Creates and prepares a sandbox in `account` (without the lock).
-  Result<std::string> start(size_t account, const sandbox::Labels& labels);
+  Result<void> fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
+                    const std::optional<NetworkPolicy>& network = std::nullopt);
+  // Creates and prepares a sandbox in `account` (without the lock), with the spec's network
+  // unless `network` narrows it.
+  Result<std::string> start(size_t account, const sandbox::Labels& labels,
+                            const std::optional<NetworkPolicy>& network);
   // Takes the pool's sandboxes (those among `only`, if given) out of it, as being deleted;
   // returns their ids for destroy().
   std::vector<std::string> withdraw_warm(

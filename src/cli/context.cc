@@ -26,9 +26,10 @@ std::filesystem::path Context::cache_dir() const {
 Result<sandbox::local::LocalProvider*> Context::provider() {
   if (!provider_) {
     ASSIGN_OR_RETURN(const Config* config, this->config());
-    ASSIGN_OR_RETURN(provider_, sandbox::local::LocalProvider::open(
-                                    config->sandbox,
-                                    {state_dir(), cache_dir(), {}, config->capacity.overcommit}));
+    ASSIGN_OR_RETURN(
+        provider_,
+        sandbox::local::LocalProvider::open(
+            config->sandbox, {state_dir(), cache_dir(), {}, config->capacity.overcommit, {}}));
   }
   return provider_.get();
 }

@@ -145,6 +145,9 @@ int run_exec(sandbox::SandboxProvider& provider, const std::string& id, const Ex
                  format_size(request.output_limit).c_str());
   }
   if (result->message) std::fprintf(stderr, "quarry: %s\n", result->message->c_str());
+  if (auto network = sandbox::network_message(*result)) {
+    std::fprintf(stderr, "quarry: %s\n", network->c_str());
+  }
   if (result->timed_out) return kTimeoutExit;
   return result->exit_code;
 }

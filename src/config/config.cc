@@ -6,6 +6,7 @@
 
 #include "common/file_util.h"
 #include "common/url.h"
+#include "config/allowlist.h"
 #include "config/yaml_reader.h"
 
 namespace quarry {
@@ -104,7 +105,18 @@ Result<void> parse_network(const Walker& walk, const YAML::Node& node, std::stri
     }
   }
   if (auto value = node["allow"]) {
-    ASSIGN_OR_RETURN(out.allow, walk.scalar_list(value, fmt::format("{}.allow", path)));
+    ASSIGN_OR_RETURN(auto entries, walk.scalar_list(value, fmt::format("{}.allow", path)));
+    out.allow.clear();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      auto entry = parse_allow_entry(entries[i]);
+      if (!entry) {
+        return walk.fail(value[i], fmt::format("{}.allow[{}]", path, i), "{}",
+                         entry.error().message);
+      }
+      if (std::find(out.allow.begin(), out.allow.end(), *entry) == out.allow.end()) {
+        out.allow.push_back(std::move(*entry));
+      }
+    }
   }
   if (out.mode == NetworkMode::kNone && !out.allow.empty()) {
     return walk.fail(node, fmt::format("{}.allow", path),

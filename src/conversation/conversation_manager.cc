@@ -279,6 +279,11 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   capacity::Request request;
   request.user = turn.owner;
   request.conversation_id = conversation;
+  if (auto recorded = history_.conversation(conversation); recorded) {
+    request.network = recorded->network;
+  } else if (recorded.error().code != ErrorCode::kNotFound) {
+    return std::unexpected(recorded.error().with_context("reading the conversation's network"));
+  }
   request.labels[std::string(kConversationLabel)] = conversation;
   request.cancel_fd = turn.cancel_fd;
   bool queued = false;

@@ -22,11 +22,18 @@ std::string format_time(Clock::time_point time) {
 }
 
 nlohmann::json to_json(const Conversation& conversation) {
+  nlohmann::json network = nullptr;
+  if (conversation.network) {
+    network = conversation.network->mode == NetworkMode::kNone
+                  ? nlohmann::json{{"mode", "none"}}
+                  : nlohmann::json{{"mode", "allowlist"}, {"allow", conversation.network->allow}};
+  }
   return {{"id", conversation.id},
           {"title", conversation.title},
           {"turns", conversation.turns},
           {"created_at", format_time(conversation.created_at)},
-          {"updated_at", format_time(conversation.updated_at)}};
+          {"updated_at", format_time(conversation.updated_at)},
+          {"network", std::move(network)}};
 }
 
 nlohmann::json to_json(const TurnRecord& turn) {

@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/random_id.h"
 #include "common/unique_fd.h"
+#include "sandbox/metering.h"
 
 namespace quarry::conversation {
 namespace {
@@ -21,7 +22,7 @@ namespace {
 constexpr int kApplicationId = 0x71727279;
 
 // Migration N takes the schema from version N-1 to N. Append only; never edit a shipped one.
-constexpr std::array<std::string_view, 3> kMigrations = {R"sql(
+constexpr std::array<std::string_view, 4> kMigrations = {R"sql(
 CREATE TABLE conversations (
   id TEXT PRIMARY KEY,
   title TEXT NOT NULL,
@@ -127,6 +128,13 @@ CREATE TABLE stream_events (
                                                          R"sql(
 -- Version 3: what a sandbox's Python kernel holds, told when it is gone.
 ALTER TABLE sandbox_references ADD COLUMN kernel_names TEXT NOT NULL DEFAULT '[]';
+)sql",
+                                                         R"sql(
+-- Version 4: the connections each exec's sandbox refused it (network allowlist).
+ALTER TABLE execs ADD COLUMN denied_connections INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE execs ADD COLUMN denials TEXT NOT NULL DEFAULT '[]';
+-- NULL: the server's sandbox.network; 'none'; or the allowed domains, separated by spaces.
+ALTER TABLE conversations ADD COLUMN network TEXT;
 )sql"};
 
 static_assert(kMigrations.size() == SqliteHistoryStore::kSchemaVersion,
@@ -253,15 +261,38 @@ std::string json_text(const nlohmann::json& value) {
 }
 
 // A conversation is these columns, in this order, of conversations.
-constexpr std::string_view kConversationColumns = "id, title, turns, created_at, updated_at, owner";
+constexpr std::string_view kConversationColumns =
+    "id, title, turns, created_at, updated_at, owner, network";
+
+// A conversation's network as its column holds it: 'none', or the domains separated by spaces
+// (an entry never has one).
+std::string network_text(const NetworkPolicy& network) {
+  if (network.mode == NetworkMode::kNone) return "none";
+  return fmt::format("{}", fmt::join(network.allow, " "));
+}
+
+NetworkPolicy network_from(std::string_view text) {
+  if (text == "none") return {};
+  NetworkPolicy network{NetworkMode::kAllowlist, {}};
+  while (!text.empty()) {
+    const size_t space = text.find(' ');
+    if (space != 0) network.allow.emplace_back(text.substr(0, space));
+    if (space == std::string_view::npos) break;
+    text.remove_prefix(space + 1);
+  }
+  return network;
+}
 
 Conversation conversation_from(const Statement& row) {
-  return Conversation{row.text(0),
-                      row.text(1),
-                      static_cast<int>(row.integer(2)),
-                      from_unix_ms(row.integer(3)),
-                      from_unix_ms(row.integer(4)),
-                      row.text(5)};
+  Conversation conversation{row.text(0),
+                            row.text(1),
+                            static_cast<int>(row.integer(2)),
+                            from_unix_ms(row.integer(3)),
+                            from_unix_ms(row.integer(4)),
+                            row.text(5),
+                            std::nullopt};
+  if (!row.is_null(6)) conversation.network = network_from(row.text(6));
+  return conversation;
 }
 
 constexpr std::string_view kTurnColumns = "number, kind, status, error, started_at, finished_at";
@@ -301,7 +332,9 @@ std::string exec_columns(bool with_output, std::string_view prefix = "") {
                                   "oom",
                                   "timed_out",
                                   "message",
-                                  "started_at"}) {
+                                  "started_at",
+                                  "denied_connections",
+                                  "denials"}) {
     const bool output = column == "stdout" || column == "stderr";
     columns.push_back(output && !with_output ? std::string("''")
                                              : fmt::format("{}{}", prefix, column));
@@ -332,6 +365,9 @@ ExecRecord exec_from(const Statement& row, int first) {
   r.timed_out = row.integer(first + 17) != 0;
   if (!row.is_null(first + 18)) r.message = row.text(first + 18);
   exec.started_at = from_unix_ms(row.integer(first + 19));
+  r.denied_connections = static_cast<uint64_t>(row.integer(first + 20));
+  r.denials =
+      sandbox::denials_from_json(nlohmann::json::parse(row.text(first + 21), nullptr, false));
   return exec;
 }
 
@@ -564,19 +600,24 @@ Result<std::unique_ptr<TurnLock>> SqliteHistoryStore::try_lock_turn(
   return std::make_unique<FileTurnLock>(std::move(fd));
 }
 
-Result<Conversation> SqliteHistoryStore::create_conversation(std::string_view title,
-                                                             std::string_view owner) {
+Result<Conversation> SqliteHistoryStore::create_conversation(
+    std::string_view title, std::string_view owner, const std::optional<NetworkPolicy>& network) {
   std::lock_guard lock(mutex_);
-  Conversation conversation{random_id(),  std::string(title), 0,
-                            clock_.now(), clock_.now(),       std::string(owner)};
+  Conversation conversation{random_id(),  std::string(title), 0,      clock_.now(),
+                            clock_.now(), std::string(owner), network};
   Statement insert(db_,
-                   "INSERT INTO conversations (id, title, turns, created_at, updated_at, owner) "
-                   "VALUES (?, ?, 0, ?, ?, ?)");
+                   "INSERT INTO conversations (id, title, turns, created_at, updated_at, owner, "
+                   "network) VALUES (?, ?, 0, ?, ?, ?, ?)");
   insert.bind(1, conversation.id)
       .bind(2, conversation.title)
       .bind(3, to_unix_ms(conversation.created_at))
       .bind(4, to_unix_ms(conversation.updated_at))
       .bind(5, conversation.owner);
+  if (network) {
+    insert.bind(6, network_text(*network));
+  } else {
+    insert.bind_null(6);
+  }
   if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "creating a conversation");
   return conversation;
 }
@@ -801,8 +842,9 @@ Result<ExecRecord> SqliteHistoryStore::record_exec(std::string_view conversation
       insert(conversation_id, "recording an exec",
              "INSERT INTO execs (conversation_id, turn, tool_call_id, tool, sandbox_id, command, "
              "exit_code, signal, stdout, stderr, truncated, run_ms, cpu_ms, peak_memory_bytes, "
-             "memory_limit_bytes, overhead_ms, oom, timed_out, message, started_at) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             "memory_limit_bytes, overhead_ms, oom, timed_out, message, started_at, "
+             "denied_connections, denials) "
+             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
              clock_.now(), [&](Statement& insert) {
                insert.bind(1, conversation_id)
                    .bind(2, int64_t{exec.turn})
@@ -827,7 +869,9 @@ Result<ExecRecord> SqliteHistoryStore::record_exec(std::string_view conversation
                    .bind(17, int64_t{r.oom})
                    .bind(18, int64_t{r.timed_out})
                    .bind(19, r.message)
-                   .bind(20, to_unix_ms(exec.started_at));
+                   .bind(20, to_unix_ms(exec.started_at))
+                   .bind(21, static_cast<int64_t>(r.denied_connections))
+                   .bind(22, sandbox::denials_json(r.denials).dump());
              }));
   return exec;
 }

@@ -29,6 +29,19 @@ std::string metering_line(const ExecResult& r) {
                      megabytes(r.memory_limit_bytes));
 }
 
+std::optional<std::string> network_message(const ExecResult& result) {
+  if (result.denied_connections == 0) return std::nullopt;
+  std::string text = fmt::format(
+      "Network: {} connection{} refused by the sandbox's allowlist:", result.denied_connections,
+      result.denied_connections == 1 ? "" : "s");
+  for (const auto& denial : result.denials)
+    text += fmt::format("\n  {}:{}: {}", denial.host, denial.port, denial.reason);
+  if (result.denied_connections > result.denials.size()) {
+    text += fmt::format("\n  ({} more)", result.denied_connections - result.denials.size());
+  }
+  return text;
+}
+
 std::string timeout_message(std::chrono::milliseconds timeout) {
   return fmt::format("Timed out: command ran longer than {} and was killed.",
                      format_duration(timeout));
@@ -69,7 +82,27 @@ nlohmann::json to_json(const ExecResult& result) {
       {"oom", result.oom},
       {"timed_out", result.timed_out},
       {"message", result.message ? nlohmann::json(*result.message) : nlohmann::json(nullptr)},
+      {"denied_connections", result.denied_connections},
+      {"denials", denials_json(result.denials)},
   };
+}
+
+nlohmann::json denials_json(const std::vector<NetworkDenial>& denials) {
+  nlohmann::json json = nlohmann::json::array();
+  for (const auto& denial : denials)
+    json.push_back({{"host", denial.host}, {"port", denial.port}, {"reason", denial.reason}});
+  return json;
+}
+
+std::vector<NetworkDenial> denials_from_json(const nlohmann::json& json) {
+  std::vector<NetworkDenial> denials;
+  if (!json.is_array()) return denials;
+  for (const auto& denial : json) {
+    if (!denial.is_object()) continue;
+    denials.push_back(
+        {denial.value("host", ""), denial.value("port", uint16_t{0}), denial.value("reason", "")});
+  }
+  return denials;
 }
 
 }  // namespace quarry::sandbox

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "sandbox/provider.h"
@@ -20,6 +21,12 @@ std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes)
 //   exit code 0 · 1.23 s · CPU 1.20 s · peak memory 171 MB of 1024 MB
 std::string metering_line(const ExecResult& result);
 
+// What the sandbox's network allowlist refused the command, or nothing:
+//   Network: 2 connections refused by the sandbox's allowlist:
+//     example.com:443: example.com is not in the sandbox's network allowlist
+//     10.0.0.1:80: '10.0.0.1' is an IP address, not a name: ...
+std::optional<std::string> network_message(const ExecResult& result);
+
 // "Timed out: command ran longer than 30s and was killed."
 std::string timeout_message(std::chrono::milliseconds timeout);
 
@@ -29,7 +36,11 @@ void describe(ExecResult& result, std::chrono::milliseconds timeout);
 void set_exit_status(ExecResult& result, int wait_status);
 
 // The `--json` shape of `quarry sandbox exec`: exit_code, signal, stdout, stderr, truncated,
-// run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, oom, timed_out, message.
+// run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes, overhead_ms, oom, timed_out, message,
+// denied_connections and denials ({host, port, reason}).
 nlohmann::json to_json(const ExecResult& result);
+// The denials as that JSON has them, and back (what does not parse is left out).
+nlohmann::json denials_json(const std::vector<NetworkDenial>& denials);
+std::vector<NetworkDenial> denials_from_json(const nlohmann::json& json);
 
 }  // namespace quarry::sandbox

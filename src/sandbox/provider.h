@@ -39,9 +39,17 @@ struct SandboxInfo {
   ResourceLimits resources;
   SandboxState state = SandboxState::kRunning;
   std::chrono::system_clock::time_point created_at;
+  NetworkPolicy network;
 };
 
 enum class OutputStream { kStdout, kStderr };
+
+// A connection the sandbox's network allowlist refused.
+struct NetworkDenial {
+  std::string host;  // as the program asked for it (a name, or an address)
+  uint16_t port = 0;
+  std::string reason;
+};
 
 struct ExecRequest {
   std::vector<std::string> argv;               // argv[0] is looked up in the sandbox's PATH
@@ -70,10 +78,16 @@ struct ExecResult {
   double overhead_ms = 0;  // whole call time minus run time: the provider's own cost
   bool oom = false;        // the kernel killed a process of this exec for memory
   bool timed_out = false;
+  // Connections the sandbox's network allowlist refused while the command ran, and the first
+  // of them (at most kMaxDenialsKept).
+  uint64_t denied_connections = 0;
+  std::vector<NetworkDenial> denials;
   // For the model: the OOM text ("Killed: command ran out of memory. ..."), a timeout notice,
   // or nothing.
   std::optional<std::string> message;
 };
+
+inline constexpr size_t kMaxDenialsKept = 16;
 
 struct FileInfo {
   std::string path;  // inside the sandbox

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "agent/artifacts.h"
+#include "config/allowlist.h"
 #include "conversation/history_json.h"
 #include "conversation/lifecycle.h"
 #include "data/connection.h"
@@ -468,12 +469,82 @@ ApiResult<ApiReply> Api::list_conversations(const ApiRequest& request) {
   return json({{"conversations", items}, {"next_cursor", next}});
 }
 
+namespace {
+
+// A conversation's `network`: {"mode": "none"}, or {"mode": "allowlist", "allow": [...]} with
+// every domain covered by the server's allowlist. Narrower only: the server's configuration
+// is the most any conversation gets.
+ApiResult<NetworkPolicy> narrowed_network(const nlohmann::json& body, const NetworkPolicy& server) {
+  for (const auto& [key, value] : body.items()) {
+    if (key != "mode" && key != "allow") {
+      return api_error(400, "invalid_field", "'network.{}' is not a field (use mode and allow)",
+                       key);
+    }
+  }
+  const auto mode = body.find("mode");
+  if (mode == body.end() || !mode->is_string()) {
+    return api_error(400, "invalid_field", "'network.mode' must be \"none\" or \"allowlist\"");
+  }
+  const auto allow = body.find("allow");
+  if (*mode == "none") {
+    if (allow != body.end()) {
+      return api_error(400, "invalid_field", "'network.allow' is only for mode \"allowlist\"");
+    }
+    return NetworkPolicy{};
+  }
+  if (*mode != "allowlist") {
+    return api_error(400, "invalid_field",
+                     "'network.mode' must be \"none\" or \"allowlist\", not {}", mode->dump());
+  }
+  if (server.mode != NetworkMode::kAllowlist) {
+    return api_error(400, "invalid_field",
+                     "this server's sandboxes have no network (sandbox.network.mode: none), so a "
+                     "conversation cannot have any; leave 'network' out");
+  }
+  if (allow == body.end() || !allow->is_array() || allow->empty()) {
+    return api_error(400, "invalid_field",
+                     "'network.allow' must be a list of at least one domain, within the server's "
+                     "({})",
+                     fmt::join(server.allow, ", "));
+  }
+  NetworkPolicy narrowed{NetworkMode::kAllowlist, {}};
+  for (const auto& entry : *allow) {
+    if (!entry.is_string()) {
+      return api_error(400, "invalid_field", "'network.allow' holds {}, not a domain",
+                       entry.dump());
+    }
+    auto canonical = parse_allow_entry(entry.get<std::string>());
+    if (!canonical) {
+      return api_error(400, "invalid_field", "'network.allow': {}", canonical.error().message);
+    }
+    narrowed.allow.push_back(std::move(*canonical));
+  }
+  if (auto wider = first_not_covered(server.allow, narrowed.allow)) {
+    return api_error(400, "invalid_field",
+                     "'network.allow': {} is not within this server's allowlist ({}); a "
+                     "conversation may only narrow it",
+                     *wider, fmt::join(server.allow, ", "));
+  }
+  return narrowed;
+}
+
+}  // namespace
+
 ApiResult<ApiReply> Api::create_conversation(const ApiRequest& request) {
-  auto body = JsonBody::parse(request.body, request.content_type, {"title"});
+  auto body = JsonBody::parse(request.body, request.content_type, {"title", "network"});
   if (!body) return std::unexpected(body.error());
   auto title = body->optional_string("title", 200);
   if (!title) return std::unexpected(title.error());
-  auto created = services_.history.create_conversation(title->value_or(""), request.identity.user);
+  auto network_field = body->optional_object("network");
+  if (!network_field) return std::unexpected(network_field.error());
+  std::optional<NetworkPolicy> network;
+  if (*network_field) {
+    auto narrowed = narrowed_network(**network_field, services_.config.sandbox.network);
+    if (!narrowed) return std::unexpected(narrowed.error());
+    network = std::move(*narrowed);
+  }
+  auto created =
+      services_.history.create_conversation(title->value_or(""), request.identity.user, network);
   if (!created) return std::unexpected(from_error(created.error()));
   JsonReply reply = json(conversation::to_json(*created), 201);
   reply.headers.emplace_back("Location", fmt::format("/api/v1/conversations/{}", created->id));

@@ -55,6 +55,16 @@ ApiResult<std::optional<std::string>> JsonBody::optional_string(std::string_view
   return text;
 }
 
+ApiResult<std::optional<nlohmann::json>> JsonBody::optional_object(std::string_view name) const {
+  auto value = object_.find(name);
+  if (value == object_.end() || value->is_null()) return std::nullopt;
+  if (!value->is_object()) {
+    return api_error(400, "invalid_field", "'{}' must be an object, not {}", name,
+                     value->type_name());
+  }
+  return *value;
+}
+
 ApiResult<std::string> JsonBody::string(std::string_view name, size_t max_bytes) const {
   auto value = optional_string(name, max_bytes);
   if (!value) return std::unexpected(value.error());

@@ -23,6 +23,8 @@ class JsonBody {
   ApiResult<std::string> string(std::string_view name, size_t max_bytes = 1 << 20) const;
   ApiResult<std::optional<std::string>> optional_string(std::string_view name,
                                                         size_t max_bytes = 1 << 20) const;
+  // An object field as it is (absent or null: nullopt), for the caller to read.
+  ApiResult<std::optional<nlohmann::json>> optional_object(std::string_view name) const;
 
  private:
   explicit JsonBody(nlohmann::json object) : object_(std::move(object)) {}

@@ -104,10 +104,10 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
   // A client or a model server that hangs up is an error of that one write, not the process's.
   ::signal(SIGPIPE, SIG_IGN);
   RETURN_IF_ERROR(make_directories(options.state_dir, 0755));
-  ASSIGN_OR_RETURN(
-      auto provider,
-      sandbox::local::LocalProvider::open(
-          config.sandbox, {options.state_dir, options.cache_dir, {}, config.capacity.overcommit}));
+  ASSIGN_OR_RETURN(auto provider,
+                   sandbox::local::LocalProvider::open(
+                       config.sandbox,
+                       {options.state_dir, options.cache_dir, {}, config.capacity.overcommit, {}}));
   SystemClock clock;
   ASSIGN_OR_RETURN(auto history,
                    conversation::SqliteHistoryStore::open(options.state_dir / "history.db", clock));

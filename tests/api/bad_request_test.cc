@@ -59,6 +59,11 @@ TEST(BadRequests, EachGetsAClearErrorAndNothingStoredChanges) {
   const std::vector<Refusal> refusals = {
       {"malformed JSON", "POST", "/api/v1/conversations", R"({"title": )", json, 400,
        "invalid_json", "not valid JSON"},
+      {"network on a server without any", "POST", "/api/v1/conversations",
+       R"({"network": {"mode": "allowlist", "allow": ["pypi.org"]}})", json, 400, "invalid_field",
+       "this server's sandboxes have no network"},
+      {"network that is not an object", "POST", "/api/v1/conversations", R"({"network": "none"})",
+       json, 400, "invalid_field", "'network' must be an object"},
       {"JSON that is not an object", "POST", conversation + "/messages", R"(["why?"])", json, 400,
        "invalid_json", "must be a JSON object, not array"},
       {"a wrong type", "POST", conversation + "/messages", R"({"content": 42})", json, 400,

@@ -411,7 +411,7 @@ TEST(Attack, MemoryAndCpuLimitsBeyondTheHostAreRefused) {
   config.capacity.overcommit.cpu = 2.5 / host->cpus;
   auto provider = sandbox::local::LocalProvider::open(
       config.sandbox, {environment.state_dir(), environment.cache_dir(), environment.init_binary(),
-                       config.capacity.overcommit});
+                       config.capacity.overcommit, environment.proxy_binary()});
   ASSERT_TRUE(provider) << provider.error().message;
   spec = ScopedSandbox::default_spec();
   spec.resources.cpus = 1;
@@ -515,7 +515,7 @@ TEST(Attack, DiskReadsAndWritesOnTheVolumeAreThrottled) {
   config.local.disk_io = {.read_bytes = 4 * kMiB, .write_bytes = 4 * kMiB, .iops = 0};
   auto throttled = sandbox::local::LocalProvider::open(
       config, {environment.state_dir(), environment.cache_dir(), environment.init_binary(),
-               environment.config().capacity.overcommit});
+               environment.config().capacity.overcommit, environment.proxy_binary()});
   ASSERT_TRUE(throttled) << throttled.error().message;
   auto made = (*throttled)->create(ScopedSandbox::default_spec());
   ASSERT_TRUE(made) << made.error().message;

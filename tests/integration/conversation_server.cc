@@ -35,8 +35,9 @@ int main(int argc, char** argv) {
   quarry::Config config;
   auto self = std::filesystem::read_symlink("/proc/self/exe");
   auto provider = quarry::sandbox::local::LocalProvider::open(
-      config.sandbox, {argv[1], argv[2], self.parent_path().parent_path() / "src/quarry-init",
-                       config.capacity.overcommit});
+      config.sandbox,
+      {argv[1], argv[2], self.parent_path().parent_path() / "src/quarry-init",
+       config.capacity.overcommit, self.parent_path().parent_path() / "src/quarry-proxy"});
   if (!provider) return fail(provider.error());
   quarry::SystemClock clock;
   auto history = quarry::conversation::SqliteHistoryStore::open(argv[3], clock);

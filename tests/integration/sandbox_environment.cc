@@ -41,6 +41,10 @@ std::filesystem::path SandboxEnvironment::init_binary() const {
   return std::filesystem::path(QUARRY_BUILD_DIR) / "src/quarry-init";
 }
 
+std::filesystem::path SandboxEnvironment::proxy_binary() const {
+  return std::filesystem::path(QUARRY_BUILD_DIR) / "src/quarry-proxy";
+}
+
 void SandboxEnvironment::SetUp() {
   g_environment = this;
   // Sandboxes whose creator dies are re-parented to the nearest subreaper; being one means
@@ -50,7 +54,8 @@ void SandboxEnvironment::SetUp() {
   state_dir_ = fmt::format("/tmp/qt-{}", ::getpid());
   std::filesystem::remove_all(state_dir_);
   auto provider = sandbox::local::LocalProvider::open(
-      config_.sandbox, {state_dir_, cache_dir(), init_binary(), config_.capacity.overcommit});
+      config_.sandbox,
+      {state_dir_, cache_dir(), init_binary(), config_.capacity.overcommit, proxy_binary()});
   ASSERT_TRUE(provider) << provider.error().message;
   provider_ = std::move(*provider);
 }

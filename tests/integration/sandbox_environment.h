@@ -24,6 +24,7 @@ class SandboxEnvironment : public ::testing::Environment {
   std::filesystem::path cache_dir() const;
   std::filesystem::path quarry_binary() const;
   std::filesystem::path init_binary() const;
+  std::filesystem::path proxy_binary() const;
   // A history database of the running test's own, not there yet: <state>/history-<test>.db.
   std::filesystem::path fresh_history_path() const;
 

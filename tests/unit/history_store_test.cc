@@ -439,7 +439,46 @@ TEST_F(HistoryStoreV2Test, AVersionOneHistoryIsMigratedWithItsTurns) {
   auto execs = *store->execs("c1");
   ASSERT_EQ(execs.size(), 1u);
   EXPECT_EQ(execs[0].tool_call_id, "");
+  EXPECT_EQ(execs[0].result.denied_connections, 0u);
+  EXPECT_FALSE(conversation.network) << "an old conversation has the server's network";
   EXPECT_EQ(*store->begin_turn("c1", TurnKind::kAsk), 3);
+}
+
+TEST_F(HistoryStoreV2Test, AConversationsNetworkAndAnExecsRefusedConnectionsAreKept) {
+  std::string narrowed, closed, plain;
+  {
+    auto store = open();
+    narrowed = store
+                   ->create_conversation(
+                       "n", "ann",
+                       NetworkPolicy{NetworkMode::kAllowlist, {"pypi.org", "*.pythonhosted.org"}})
+                   ->id;
+    closed = store->create_conversation("c", "ann", NetworkPolicy{})->id;
+    plain = store->create_conversation("p", "ann")->id;
+    ExecRecord exec;
+    exec.turn = 1;
+    exec.sandbox_id = "sb";
+    exec.command = "pip install x";
+    exec.result.denied_connections = 40;
+    exec.result.denials = {{"example.com", 443, "example.com is not in the allowlist"},
+                           {"10.0.0.1", 80, "'10.0.0.1' is an IP address, not a name"}};
+    ASSERT_TRUE(store->record_exec(narrowed, exec));
+  }
+  auto store = open();
+  const auto kept = *store->conversation(narrowed);
+  ASSERT_TRUE(kept.network);
+  EXPECT_EQ(kept.network->mode, NetworkMode::kAllowlist);
+  EXPECT_EQ(kept.network->allow, (std::vector<std::string>{"pypi.org", "*.pythonhosted.org"}));
+  ASSERT_TRUE(store->conversation(closed)->network);
+  EXPECT_EQ(store->conversation(closed)->network->mode, NetworkMode::kNone);
+  EXPECT_FALSE(store->conversation(plain)->network);
+  const auto execs = *store->execs(narrowed);
+  ASSERT_EQ(execs.size(), 1u);
+  EXPECT_EQ(execs[0].result.denied_connections, 40u);
+  ASSERT_EQ(execs[0].result.denials.size(), 2u);
+  EXPECT_EQ(execs[0].result.denials[1].host, "10.0.0.1");
+  EXPECT_EQ(execs[0].result.denials[1].port, 80);
+  EXPECT_EQ(execs[0].result.denials[0].reason, "example.com is not in the allowlist");
 }
 
 }  // namespace

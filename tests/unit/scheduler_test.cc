@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
@@ -30,6 +31,8 @@ class CountingProvider final : public sandbox::SandboxProvider {
     sandbox::SandboxInfo info;
     info.id = fmt::format("{}{}", name_, next_++);
     info.labels = spec.labels;
+    info.network = spec.network;
+    networks_[info.id] = spec.network;
     alive_.insert(info.id);
     existing_.insert(info.id);
     most_ = std::max(most_, existing_.size());
@@ -68,6 +71,10 @@ class CountingProvider final : public sandbox::SandboxProvider {
     return std::vector<sandbox::SandboxInfo>{};
   }
 
+  NetworkPolicy network_of(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    return networks_.at(id);
+  }
   void kill(const std::string& id) {
     std::lock_guard lock(mutex_);
     alive_.erase(id);
@@ -103,6 +110,7 @@ class CountingProvider final : public sandbox::SandboxProvider {
   std::mutex mutex_;
   int next_ = 1;
   std::set<std::string> alive_, existing_;
+  std::map<std::string, NetworkPolicy> networks_;
   std::vector<std::string> destroyed_;
   size_t most_ = 0;
   std::atomic<int>* shared_ = nullptr;
@@ -355,6 +363,35 @@ TEST(Scheduler, AUserAtTheirLimitMakesRoomFromTheirOwnIdleSandbox) {
   auto third = scheduler.acquire(request("me", "mine 3"));
   ASSERT_TRUE(third) << third.error().message;
   EXPECT_EQ(evicted, std::vector<std::string>{mine->sandbox_id});
+}
+
+TEST(Scheduler, AConversationWithLessNetworkTakesAWarmPlaceButNotItsSandbox) {
+  CountingProvider provider;
+  SchedulerOptions options = limits(1, 1);
+  options.warm_min_idle = 1;
+  options.spec.network = {NetworkMode::kAllowlist, {"pypi.org", "*.pythonhosted.org"}};
+  Scheduler scheduler({{"local", &provider, 1}}, options);
+  scheduler.start_pool();
+  ASSERT_TRUE(eventually([&] { return scheduler.stats().warm == 1; }));
+  const std::string pooled = provider.ids().front();
+  EXPECT_EQ(provider.network_of(pooled).allow.size(), 2u);
+
+  // The only place is the warm sandbox's: it goes, and a sandbox with the narrower network
+  // starts in its place, within the limit of one.
+  Request narrowed = request("a", "conversation a");
+  narrowed.network = NetworkPolicy{NetworkMode::kAllowlist, {"pypi.org"}};
+  auto granted = scheduler.acquire(narrowed);
+  ASSERT_TRUE(granted) << granted.error().message;
+  EXPECT_FALSE(granted->warm);
+  EXPECT_NE(granted->sandbox_id, pooled);
+  EXPECT_EQ(provider.network_of(granted->sandbox_id).allow, std::vector<std::string>{"pypi.org"});
+  const auto destroyed = provider.destroyed();
+  EXPECT_NE(std::find(destroyed.begin(), destroyed.end(), pooled), destroyed.end());
+  EXPECT_EQ(scheduler.stats().dead_warm, 0u) << "a warm sandbox set aside is not a dead one";
+  EXPECT_LE(provider.most(), 1u);
+
+  EXPECT_GE(scheduler.shutdown(), 0);
+  ASSERT_TRUE(scheduler.destroy(granted->sandbox_id));
 }
 
 TEST(Scheduler, TheWarmPoolRefillsAfterBeingDrainedAndNeverHandsOutADeadSandbox) {

@@ -80,9 +80,9 @@ function newStep(callId: string, tool: string, args: unknown): Step {
 
 function meteringOf(exec: Exec): Metering {
   const { exit_code, signal, truncated, run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes,
-          overhead_ms, oom, timed_out, message } = exec;
+          overhead_ms, oom, timed_out, message, denied_connections, denials } = exec;
   return { exit_code, signal, truncated, run_ms, cpu_ms, peak_memory_bytes, memory_limit_bytes,
-           overhead_ms, oom, timed_out, message };
+           overhead_ms, oom, timed_out, message, denied_connections, denials };
 }
 
 const kSandboxKinds = new Set(["queued", "sandbox_ready", "sandbox_replaced", "sandbox_deleted", "commands_stopped"]);
@@ -311,6 +311,9 @@ export function describeMetering(metering: Metering, format: { seconds: (ms: num
     format.seconds(metering.run_ms),
     `CPU ${format.seconds(metering.cpu_ms)}`,
     `peak ${format.size(metering.peak_memory_bytes)} of ${format.size(metering.memory_limit_bytes)}`,
+    ...(metering.denied_connections > 0
+      ? [`${metering.denied_connections} connection${metering.denied_connections === 1 ? "" : "s"} refused`]
+      : []),
   ].join(" · ");
 }
 

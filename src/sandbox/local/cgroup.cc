@@ -253,7 +253,8 @@ std::vector<std::string> exec_children(const std::filesystem::path& directory) {
   std::vector<std::string> names;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
-    if (entry.is_directory(error) && entry.path().filename() != "init") {
+    const auto name = entry.path().filename();
+    if (entry.is_directory(error) && name != "init" && name != kProxyCgroup) {
       names.push_back(entry.path().filename().string());
     }
   }

@@ -8,6 +8,8 @@
 //                                     hugetlb (0: no huge pages)
 //   <root>/quarry/<sandbox>/init      the sandbox's init process
 //   <root>/quarry/<sandbox>/<exec>    one exec's process tree: peak memory, OOM kills, CPU time
+//   <root>/quarry/<sandbox>/proxy     its network proxy (network.mode allowlist), made like an
+//                                     exec's but not one: commands are never stopped there
 #pragma once
 
 #include <sys/types.h>
@@ -25,6 +27,9 @@
 #include "sandbox/local/protocol.h"
 
 namespace quarry::sandbox::local {
+
+// The cgroup of a sandbox's network proxy (network_proxy.h), beside init and the execs.
+inline constexpr std::string_view kProxyCgroup = "proxy";
 
 // Throttling of reads and writes on one block device; 0 is no limit.
 struct IoLimit {
@@ -167,7 +172,8 @@ Result<uint64_t> read_keyed(const std::filesystem::path& path, std::string_view 
 Result<std::vector<pid_t>> read_procs(const std::filesystem::path& path);
 // SIGKILLs the processes in `procs_file` until it is empty (or `rounds` pass).
 Result<void> kill_all(const std::filesystem::path& procs_file);
-// The names of the child cgroups of `directory` but "init": the exec cgroups of a sandbox.
+// The names of the child cgroups of `directory` but init and the proxy: the exec cgroups of a
+// sandbox.
 std::vector<std::string> exec_children(const std::filesystem::path& directory);
 // rmdir of a cgroup directory and its children, deepest first; retries while the kernel is
 // still releasing exiting processes. Missing is fine.

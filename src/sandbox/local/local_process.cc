@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "sandbox/local/network_proxy.h"
 #include "sandbox/local/protocol.h"
 #include "sandbox/metering.h"
 
@@ -165,6 +166,11 @@ Result<StepResult> LocalProcess::step(const StepRequest& request) {
     step.peak_since_start = true;
   }
   ASSIGN_OR_RETURN(const auto before, cgroups_.exec_counters(parts_.sandbox, parts_.exec));
+  std::optional<NetworkActivity> network_before;
+  if (!parts_.network_control.empty()) {
+    auto counted = network_activity(parts_.network_control, UINT64_MAX);
+    if (counted) network_before = std::move(*counted);
+  }
   RETURN_IF_ERROR(write_frame(request.message));
   const auto sent = Clock::now();
   Clock::time_point answered = sent;
@@ -285,6 +291,7 @@ Result<StepResult> LocalProcess::step(const StepRequest& request) {
     set_exit_status(result, SIGKILL);
   }
   result.run_ms = milliseconds(answered - sent);
+  if (network_before) add_network_denials(parts_.network_control, *network_before, result);
   describe(result, request.timeout);
   result.overhead_ms = std::max(0.0, milliseconds(Clock::now() - call_start) - result.run_ms);
   return step;

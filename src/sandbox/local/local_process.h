@@ -4,6 +4,7 @@
 // peak memory reset before the step.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -36,6 +37,9 @@ class LocalProcess final : public Process {
     UniqueFd stdout_read;
     UniqueFd stderr_read;
     uint64_t memory_limit_bytes = 0;
+    // The sandbox's network proxy, asked what each step's connections were refused (empty:
+    // the sandbox has none).
+    std::filesystem::path network_control;
   };
   LocalProcess(CgroupDriver& cgroups, Parts parts);
   ~LocalProcess() override;

@@ -21,9 +21,12 @@
 
 #include "common/file_util.h"
 #include "common/random_id.h"
+#include "common/unix_socket.h"
+#include "config/allowlist.h"
 #include "sandbox/local/files.h"
 #include "sandbox/local/idmap.h"
 #include "sandbox/local/local_process.h"
+#include "sandbox/local/network_proxy.h"
 #include "sandbox/local/protocol.h"
 #include "sandbox/local/seccomp_program.h"
 #include "sandbox/local/spawn.h"
@@ -72,38 +75,51 @@ Result<void> expect_within(int socket, std::string_view type, std::chrono::milli
 constexpr auto kRestOfMessage = std::chrono::seconds(5);
 
 Result<UniqueFd> connect_to(const std::filesystem::path& socket_path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  const std::string path = socket_path.string();
-  if (path.size() >= sizeof address.sun_path) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "the state directory path is too long for a unix socket ('{}'); use a "
-                      "shorter --state-dir",
-                      path);
-  }
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!sock) return errno_error("socket(AF_UNIX)");
-  if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+  auto connected = connect_unix(socket_path);
+  if (!connected && connected.error().code == ErrorCode::kUnavailable) {
     return make_error(ErrorCode::kUnavailable, "the sandbox does not answer ({})",
-                      strerrordesc_np(errno));
+                      connected.error().message);
   }
-  return sock;
+  return connected;
 }
 
 SandboxInfo info_of(const SandboxRecord& record, bool alive) {
-  return SandboxInfo{record.id, record.labels, record.resources,
-                     alive ? SandboxState::kRunning : SandboxState::kStopped, record.created_at};
+  return SandboxInfo{record.id,         record.labels,
+                     record.resources,  alive ? SandboxState::kRunning : SandboxState::kStopped,
+                     record.created_at, record.network};
 }
 
-std::filesystem::path default_init_binary() {
+// The policy as the proxy takes it: canonical entries, at least one for an allowlist.
+Result<NetworkPolicy> checked_network(const NetworkPolicy& network) {
+  NetworkPolicy checked{network.mode, {}};
+  if (network.mode == NetworkMode::kNone) {
+    if (!network.allow.empty()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "network mode 'none' takes no allow list (use mode 'allowlist')");
+    }
+    return checked;
+  }
+  if (network.allow.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "network mode 'allowlist' needs at least one domain to allow");
+  }
+  for (const auto& entry : network.allow) {
+    ASSIGN_OR_RETURN(auto canonical, parse_allow_entry(entry));
+    checked.allow.push_back(std::move(canonical));
+  }
+  return checked;
+}
+
+// quarry-init or quarry-proxy: beside the running executable, or where an installation keeps
+// them.
+std::filesystem::path helper_binary(std::string_view name) {
   const auto self = this_executable();
-  if (self.empty()) return "quarry-init";
+  if (self.empty()) return name;
   for (const auto& candidate :
-       {self.parent_path() / "quarry-init", self.parent_path() / "../libexec/quarry/quarry-init"}) {
+       {self.parent_path() / name, self.parent_path() / "../libexec/quarry" / name}) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
-  return self.parent_path() / "quarry-init";
+  return self.parent_path() / name;
 }
 
 }  // namespace
@@ -195,7 +211,8 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& 
                       "the local sandbox provider needs root (it sets up namespaces, cgroups and "
                       "mounts); run quarry as root");
   }
-  if (options.init_binary.empty()) options.init_binary = default_init_binary();
+  if (options.init_binary.empty()) options.init_binary = helper_binary("quarry-init");
+  if (options.proxy_binary.empty()) options.proxy_binary = helper_binary("quarry-proxy");
   if (::access(options.init_binary.c_str(), X_OK) != 0) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "quarry-init was not found at '{}'; build it (scripts/setup) or install it "
@@ -305,10 +322,13 @@ Result<Runtime> LocalProvider::runtime() {
 Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   RETURN_IF_ERROR(validate_resources(spec.resources));
   RETURN_IF_ERROR(validate_labels(spec.labels));
-  if (spec.network.mode != NetworkMode::kNone) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "network mode 'allowlist' is not supported by the local provider yet; "
-                      "sandboxes have loopback only (network: {{mode: none}})");
+  RETURN_IF_ERROR(checked_network(spec.network));
+  if (spec.network.mode == NetworkMode::kAllowlist &&
+      ::access(options_.proxy_binary.c_str(), X_OK) != 0) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "quarry-proxy, which a sandbox with network mode 'allowlist' needs, was not "
+                      "found at '{}'; build it (scripts/build) or install it beside quarry",
+                      options_.proxy_binary.string());
   }
   ASSIGN_OR_RETURN(auto definition, default_image_definition(config_));
   ASSIGN_OR_RETURN(auto image, images_.find(definition));
@@ -363,6 +383,7 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
   record.created_at = std::chrono::system_clock::now();
   record.qgroup = directory->qgroup;
   record.id_base = id_base;
+  ASSIGN_OR_RETURN(record.network, checked_network(spec.network));
 
   // Undo everything on failure; destroy() knows how to take apart a partial sandbox.
   bool created = false;
@@ -437,6 +458,15 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
   RETURN_IF_ERROR(protocol::send(init.channel.get(), {{"type", "maps_written"}}));
   RETURN_IF_ERROR(
       with_context(expect_within(init.channel.get(), "ready", kSetupTimeout), starting));
+  if (record.network.mode == NetworkMode::kAllowlist) {
+    // The sandbox's only way out: the proxy listens on its loopback before any command runs.
+    ASSIGN_OR_RETURN(auto procs,
+                     cgroups_->create_exec(id, kProxyCgroup, cgroup_limits(spec.resources)));
+    RETURN_IF_ERROR(with_context(
+        start_network_proxy({options_.proxy_binary, init.pid, std::move(procs), proxy_socket(id),
+                             sandbox_dir / "proxy.log", record.network.allow}),
+        starting));
+  }
   created = true;
   return info_of(record, true);
 }
@@ -464,7 +494,8 @@ Result<void> LocalProvider::prepare(std::string_view id, const PrepareSpec& spec
   return {};
 }
 
-std::vector<std::string> LocalProvider::environment(const ExecRequest& request) const {
+std::vector<std::string> LocalProvider::environment(const ExecRequest& request,
+                                                    const NetworkPolicy& network) const {
   const std::string home = fmt::format("/home/{}", kSandboxUserName);
   std::map<std::string, std::string> env = {
       {"PATH", fmt::format("{}/bin:/usr/local/bin:/usr/bin:/bin", kVenvDir)},
@@ -481,6 +512,13 @@ std::vector<std::string> LocalProvider::environment(const ExecRequest& request) 
       {"QUARRY_DATA_DIR", config_.data_dir},
       {"QUARRY_OUTPUT_DIR", config_.output_dir},
   };
+  if (network.mode == NetworkMode::kAllowlist) {
+    // Every client quarry's image has (pip, requests, urllib, curl) reads one spelling or the
+    // other; names resolve at the proxy, as the sandbox has no DNS.
+    for (const char* name : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"})
+      env[name] = std::string(kProxyUrl);
+    env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1";
+  }
   for (const auto& [key, value] : request.env)
     env[key] = value;
   std::vector<std::string> entries;
@@ -532,6 +570,16 @@ Result<LocalProvider::Launched> LocalProvider::launch(std::string_view id,
     stdin_theirs.reset(channel[1]);
   }
 
+  if (sandbox.record.network.mode == NetworkMode::kAllowlist) {
+    // What the proxy counted so far, so that what it refuses from now on is this command's.
+    auto before = network_activity(proxy_socket(id), UINT64_MAX);
+    if (before) {
+      launched.network_control = proxy_socket(id);
+      launched.network_before = std::move(*before);
+    } else {
+      spdlog::warn("sandbox {}: {}", id, before.error().message);
+    }
+  }
   ASSIGN_OR_RETURN(launched.connection, connect_to(state_.control_socket(id)));
   std::vector<int> fds = {stdout_write.get(), stderr_write.get()};
   if (with_stdin) fds.push_back(stdin_theirs.get());
@@ -539,8 +587,10 @@ Result<LocalProvider::Launched> LocalProvider::launch(std::string_view id,
     fds.push_back(fd.get());
   RETURN_IF_ERROR(protocol::send(
       launched.connection.get(),
-      protocol::to_json(protocol::ExecRequest{
-          .argv = request.argv, .env = environment(request), .cwd = cwd, .has_stdin = with_stdin}),
+      protocol::to_json(protocol::ExecRequest{.argv = request.argv,
+                                              .env = environment(request, sandbox.record.network),
+                                              .cwd = cwd,
+                                              .has_stdin = with_stdin}),
       fds));
   // Only the command holds the write ends now, so EOF means it and its children are done.
   return launched;
@@ -558,7 +608,8 @@ Result<std::unique_ptr<Process>> LocalProvider::start(std::string_view id,
       *cgroups_,
       LocalProcess::Parts{launched.sandbox, launched.exec, std::move(launched.connection),
                           std::move(launched.channel), std::move(launched.stdout_read),
-                          std::move(launched.stderr_read), launched.memory_limit_bytes});
+                          std::move(launched.stderr_read), launched.memory_limit_bytes,
+                          launched.network_control});
 }
 
 Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& request) {
@@ -665,6 +716,9 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
     result.peak_memory_bytes = counters->peak_memory_bytes;
     result.cpu_ms = static_cast<double>(counters->cpu_usage_ns) / 1e6;
     result.oom = counters->oom_kills > 0;
+  }
+  if (!launched.network_control.empty()) {
+    add_network_denials(launched.network_control, launched.network_before, result);
   }
   describe(result, request.timeout);
   result.overhead_ms = std::max(0.0, milliseconds_since(call_start) - result.run_ms);

@@ -11,6 +11,7 @@
 
 #include "sandbox/local/cgroup.h"
 #include "sandbox/local/image.h"
+#include "sandbox/local/network_proxy.h"
 #include "sandbox/local/state.h"
 #include "sandbox/local/volume.h"
 #include "sandbox/provider.h"
@@ -24,6 +25,8 @@ struct LocalProviderOptions {
   std::filesystem::path init_binary;
   // How far the sandboxes' limits together may exceed the host (capacity.overcommit).
   CapacityConfig::Overcommit overcommit;
+  // quarry-proxy, for sandboxes with network mode allowlist; empty: beside quarry, like init.
+  std::filesystem::path proxy_binary;
 };
 
 class LocalProvider final : public SandboxProvider {
@@ -67,7 +70,11 @@ class LocalProvider final : public SandboxProvider {
   struct Admission;
   Result<SandboxInfo> start(const SandboxSpec& spec, const Image& image,
                             const SandboxVolume& volume, Admission& admission);
-  std::vector<std::string> environment(const ExecRequest& request) const;
+  std::vector<std::string> environment(const ExecRequest& request,
+                                       const NetworkPolicy& network) const;
+  std::filesystem::path proxy_socket(std::string_view id) const {
+    return state_.sandbox_dir(id) / "proxy.sock";
+  }
   // A command started by init in an exec cgroup of its own, with pipes for its output (and,
   // `with_stdin`, a socket as its stdin); the cgroup is removed with this unless handed on.
   struct Launched {
@@ -80,6 +87,9 @@ class LocalProvider final : public SandboxProvider {
     UniqueFd stdout_read;
     UniqueFd stderr_read;
     UniqueFd channel;
+    // The sandbox's network proxy and its counts as the command started (none: no proxy).
+    std::filesystem::path network_control;
+    NetworkActivity network_before;
     Launched(CgroupDriver& driver, std::string sandbox_id, std::string exec_name)
         : cgroups(driver), sandbox(std::move(sandbox_id)), exec(std::move(exec_name)) {}
     Launched(Launched&& other) noexcept
@@ -91,7 +101,9 @@ class LocalProvider final : public SandboxProvider {
           connection(std::move(other.connection)),
           stdout_read(std::move(other.stdout_read)),
           stderr_read(std::move(other.stderr_read)),
-          channel(std::move(other.channel)) {}
+          channel(std::move(other.channel)),
+          network_control(std::move(other.network_control)),
+          network_before(std::move(other.network_before)) {}
     ~Launched();
   };
   Result<Launched> launch(std::string_view id, const ExecRequest& request, bool with_stdin);

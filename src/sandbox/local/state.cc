@@ -19,7 +19,7 @@ namespace {
 constexpr std::string_view kRecordFile = "sandbox.json";
 
 nlohmann::json to_json(const SandboxRecord& record) {
-  return {
+  nlohmann::json json = {
       {"id", record.id},
       {"labels", record.labels},
       {"resources",
@@ -36,6 +36,10 @@ nlohmann::json to_json(const SandboxRecord& record) {
        std::chrono::duration_cast<std::chrono::milliseconds>(record.created_at.time_since_epoch())
            .count()},
   };
+  if (record.network.mode == NetworkMode::kAllowlist) {
+    json["network"] = {{"mode", "allowlist"}, {"allow", record.network.allow}};
+  }
+  return json;
 }
 
 Result<SandboxRecord> from_json(const nlohmann::json& json) {
@@ -56,6 +60,15 @@ Result<SandboxRecord> from_json(const nlohmann::json& json) {
     record.id_base = json.value("id_base", kSandboxIdBase);
     record.created_at = std::chrono::system_clock::time_point(
         std::chrono::milliseconds(json.at("created_at_ms").get<int64_t>()));
+    if (json.contains("network")) {
+      const auto& network = json.at("network");
+      if (network.at("mode").get<std::string>() != "allowlist") {
+        return make_error(ErrorCode::kInternal, "unknown network mode {}",
+                          network.at("mode").dump());
+      }
+      record.network.mode = NetworkMode::kAllowlist;
+      network.at("allow").get_to(record.network.allow);
+    }
     return record;
   } catch (const nlohmann::json::exception& error) {
     return make_error(ErrorCode::kInternal, "{}", error.what());

@@ -33,6 +33,7 @@ struct SandboxRecord {
   // The host id that root inside maps to; the sandbox's ids are this and the next 65535.
   uint32_t id_base = 0;
   std::chrono::system_clock::time_point created_at;
+  NetworkPolicy network;  // allowlist: its proxy runs in the sandbox's `proxy` cgroup
 };
 
 class StateStore {

@@ -106,6 +106,21 @@ export function StepView({ step, items, expanded, keepOpen, onEditCell }: Props)
         ) : (
           step.metering?.message && <pre class="error-output">{step.metering.message}</pre>
         )}
+        {step.metering && step.metering.denied_connections > 0 && (
+          <div class="network-denials">
+            <p>
+              The sandbox's network allowlist refused {step.metering.denied_connections} connection
+              {step.metering.denied_connections === 1 ? "" : "s"}:
+            </p>
+            <ul>
+              {step.metering.denials.map((denial, index) => (
+                <li key={index}>
+                  <code>{denial.host}:{denial.port}</code> {denial.reason}
+                </li>
+              ))}
+            </ul>
+          </div>
+        )}
         {/* The advice, unless the result the model read (shown above) has it already. */}
         {step.failure?.advice && !(showContent && step.content?.includes(step.failure.advice)) && (
           <p class="advice">{step.failure.advice}</p>
