@@ -301,6 +301,22 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
     if (!labels) return void(exit_code = report(labels.error()));
     auto found = (*provider)->find(*labels);
     if (!found) return void(exit_code = report(found.error()));
+    // none, or the allowlist with what its proxy let through and refused so far.
+    auto network_of = [&](const sandbox::SandboxInfo& info) {
+      nlohmann::json network = {{"mode", "none"}};
+      if (info.network.mode != NetworkMode::kAllowlist) return network;
+      network = {{"mode", "allowlist"}, {"allow", info.network.allow}};
+      if (auto counted = (*provider)->network_activity(info.id)) {
+        network["allowed"] = counted->allowed;
+        network["denied"] = counted->denied;
+      }
+      return network;
+    };
+    auto network_text = [](const nlohmann::json& network) -> std::string {
+      if (network["mode"] == "none") return "none";
+      if (!network.contains("denied")) return "allowlist (proxy down)";
+      return fmt::format("allowlist ({} refused)", network["denied"].get<uint64_t>());
+    };
     if (ls_json) {
       nlohmann::json list = nlohmann::json::array();
       for (const auto& info : *found) {
@@ -312,6 +328,7 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
              {"memory_bytes", info.resources.memory_bytes},
              {"disk_bytes", info.resources.disk_bytes},
              {"pids", info.resources.pids},
+             {"network", network_of(info)},
              {"created_at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                                    info.created_at.time_since_epoch())
                                    .count()}});
@@ -319,14 +336,15 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
       std::cout << list.dump(2) << std::endl;
       return;
     }
-    std::cout << fmt::format("{:<14}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{}\n", "ID", "STATE", "AGE",
-                             "CPUS", "MEMORY", "DISK", "PIDS", "LABELS");
+    std::cout << fmt::format("{:<14}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{:<24}{}\n", "ID", "STATE",
+                             "AGE", "CPUS", "MEMORY", "DISK", "PIDS", "NETWORK", "LABELS");
     for (const auto& info : *found) {
       std::cout << fmt::format(
-          "{:<14}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{}\n", info.id,
+          "{:<14}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{:<24}{}\n", info.id,
           info.state == sandbox::SandboxState::kRunning ? "running" : "stopped",
           age(info.created_at), info.resources.cpus, format_size(info.resources.memory_bytes),
-          format_size(info.resources.disk_bytes), info.resources.pids, label_text(info.labels));
+          format_size(info.resources.disk_bytes), info.resources.pids,
+          network_text(network_of(info)), label_text(info.labels));
     }
   });
 

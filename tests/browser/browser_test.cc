@@ -103,6 +103,12 @@ TEST_P(BrowserTest, NotebookModeWithoutAModel) {
   browse(server, "notebook.mjs");
 }
 
+TEST_P(BrowserTest, AStepShowsTheConnectionsItsNetworkAllowlistRefused) {
+  QuarryServer server({.sandbox_config = "  network: {mode: allowlist, allow: [pypi.org]}\n",
+                       .model_config = kNoModel});
+  browse(server, "network.mjs");
+}
+
 TEST_P(BrowserTest, ATurnWaitingForASandboxSaysSoAndTheLoadPageShowsCapacity) {
   QuarryServer server({.model_config = kNoModel, .capacity_config = "  max_sandboxes: 1\n"});
   browse(server, "capacity.mjs");

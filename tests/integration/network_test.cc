@@ -241,6 +241,23 @@ TEST_F(Network, ADeniedNameAndAnAddressAreRefusedAndToldWithTheExec) {
   fetch(id, {"http://allowed.quarry.test:8080/hello"}, &next);
   EXPECT_EQ(next.denied_connections, 0u);
   EXPECT_TRUE(next.denials.empty());
+
+  // The sandbox's counts, as `quarry sandbox ls` shows them.
+  auto& environment = SandboxEnvironment::get();
+  ChildProcess ls({environment.quarry_binary().string(), "--state-dir",
+                   environment.state_dir().string(), "sandbox", "ls", "--json"});
+  const auto listed = nlohmann::json::parse(ls.rest(), nullptr, false);
+  ASSERT_EQ(ls.wait(), 0);
+  ASSERT_TRUE(listed.is_array()) << listed.dump();
+  bool seen = false;
+  for (const auto& sandbox : listed) {
+    if (sandbox["id"] != id) continue;
+    seen = true;
+    EXPECT_EQ(sandbox["network"]["mode"], "allowlist");
+    EXPECT_EQ(sandbox["network"]["denied"], 3) << sandbox.dump();
+    EXPECT_EQ(sandbox["network"]["allowed"], 2) << sandbox.dump();
+  }
+  EXPECT_TRUE(seen) << listed.dump();
 }
 
 TEST_F(Network, ATlsServerNameOutsideTheAllowlistIsRefusedInsideAnAllowedTunnel) {

@@ -572,7 +572,7 @@ Result<LocalProvider::Launched> LocalProvider::launch(std::string_view id,
 
   if (sandbox.record.network.mode == NetworkMode::kAllowlist) {
     // What the proxy counted so far, so that what it refuses from now on is this command's.
-    auto before = network_activity(proxy_socket(id), UINT64_MAX);
+    auto before = local::network_activity(proxy_socket(id), UINT64_MAX);
     if (before) {
       launched.network_control = proxy_socket(id);
       launched.network_before = std::move(*before);
@@ -723,6 +723,14 @@ Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& r
   describe(result, request.timeout);
   result.overhead_ms = std::max(0.0, milliseconds_since(call_start) - result.run_ms);
   return result;
+}
+
+Result<NetworkActivity> LocalProvider::network_activity(std::string_view id) const {
+  ASSIGN_OR_RETURN(auto record, state_.load(id));
+  if (record.network.mode != NetworkMode::kAllowlist) {
+    return make_error(ErrorCode::kFailedPrecondition, "sandbox {} has no network", id);
+  }
+  return local::network_activity(proxy_socket(id), UINT64_MAX);
 }
 
 Result<int> LocalProvider::stop_commands(std::string_view id) {

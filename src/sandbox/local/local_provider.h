@@ -51,6 +51,9 @@ class LocalProvider final : public SandboxProvider {
   Result<std::vector<SandboxInfo>> find(const Labels& labels) override;
 
   std::string_view cgroup_version() const { return cgroups_->version(); }
+  // What the network proxy of a sandbox with an allowlist counted since it started
+  // (kFailedPrecondition for a sandbox without network).
+  Result<NetworkActivity> network_activity(std::string_view id) const;
   // Memory charged to the sandbox's cgroup now.
   Result<uint64_t> memory_usage(std::string_view id) const { return cgroups_->memory_usage(id); }
 

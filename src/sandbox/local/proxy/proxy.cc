@@ -64,6 +64,16 @@ int64_t now_ms() {
       .count();
 }
 
+// What a sandbox sent, fit for a log line and a message: control bytes become '?' (a server
+// name from a ClientHello may be any bytes).
+std::string printable(std::string_view text) {
+  std::string out(text.substr(0, 300));
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return out;
+}
+
 // "host:port" of a CONNECT, an IPv6 address in brackets.
 std::optional<Destination> parse_authority(std::string_view authority) {
   size_t colon = authority.rfind(':');
@@ -142,8 +152,10 @@ struct Proxy::State : std::enable_shared_from_this<State> {
 
   void deny(const Destination& to, std::string reason) {
     ++denied;
-    log("denied {}:{}: {}", to.host, to.port, reason);
-    ring.push_back({++seq, now_ms(), to.host, to.port, std::move(reason)});
+    const std::string host = printable(to.host);
+    reason = printable(reason);
+    log("denied {}:{}: {}", host, to.port, reason);
+    ring.push_back({++seq, now_ms(), host, to.port, std::move(reason)});
     if (ring.size() > kRingSize) ring.pop_front();
   }
 
