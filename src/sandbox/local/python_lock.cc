@@ -300,7 +300,8 @@ LockedWheels find_locked_wheels(const PythonLock& lock, const std::filesystem::p
   return out;
 }
 
-Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view source) {
+Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view source,
+                                std::string_view relock) {
   if (wheels.missing.empty()) return {};
   std::vector<std::string> lines;
   for (const auto& package : wheels.missing) {
@@ -317,10 +318,9 @@ Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view sou
   }
   return make_error(ErrorCode::kFailedPrecondition,
                     "the wheels do not match the lock {}: {}. A wheel whose hash changed is not "
-                    "the file that was locked: if the package index changed it on purpose, run "
-                    "quarry image lock to lock what it serves now; otherwise remove the file and "
-                    "build again",
-                    source, fmt::join(lines, "; "));
+                    "the file that was locked: if the package index changed it on purpose, {}; "
+                    "otherwise remove the file and try again",
+                    source, fmt::join(lines, "; "), relock);
 }
 
 Result<void> check_installed(const PythonLock& lock, std::string_view freeze_output,

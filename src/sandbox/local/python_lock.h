@@ -70,8 +70,10 @@ struct LockedWheels {
   std::map<std::string, std::vector<std::string>> mismatched;  // package -> "file (sha256 ...)"
 };
 LockedWheels find_locked_wheels(const PythonLock& lock, const std::filesystem::path& directory);
-// An error naming each missing package and what to do, or nothing when none is missing.
-Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view source);
+// An error naming each missing package and what to do (`relock`: how to lock what the index
+// serves now), or nothing when none is missing.
+Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view source,
+                                std::string_view relock);
 
 // Whether what `pip freeze --all` printed is what the lock pins: every package at its version,
 // nothing else but the virtual environment's own pip and setuptools.
