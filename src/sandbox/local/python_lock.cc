@@ -107,11 +107,14 @@ std::string PythonLock::sha256() const {
   return sha256_hex(lock_body(*this));
 }
 
-std::string PythonLock::text() const {
-  return "# The Python packages of quarry's sandbox image, each pinned to one version and the\n"
-         "# sha256 of its wheel (pip's --require-hashes format). `quarry image build` installs\n"
-         "# exactly these and checks every hash; `quarry image lock` resolves them again.\n" +
-         lock_body(*this);
+std::string PythonLock::text(std::string_view comment) const {
+  std::string out;
+  for (size_t start = 0; start < comment.size();) {
+    const auto end = std::min(comment.find('\n', start), comment.size());
+    out += fmt::format("# {}\n", comment.substr(start, end - start));
+    start = end + 1;
+  }
+  return out + lock_body(*this);
 }
 
 const LockedPackage* PythonLock::find(std::string_view name) const {

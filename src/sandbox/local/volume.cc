@@ -330,10 +330,15 @@ Result<SandboxDirectory> SandboxVolume::create(std::string_view id, uint64_t lim
 }
 
 Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
-  auto dir = mount_point_ / id;
+  return delete_subvolume(mount_point_, id, qgroup);
+}
+
+Result<void> SandboxVolume::delete_subvolume(const std::filesystem::path& parent,
+                                             std::string_view name, uint64_t qgroup) {
+  auto dir = parent / name;
   if (!std::filesystem::exists(dir)) return {};
-  UniqueFd volume(::open(mount_point_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!volume) return errno_error("open '{}'", mount_point_.string());
+  UniqueFd volume(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!volume) return errno_error("open '{}'", parent.string());
   // A record saved before its qgroup was known (or a half-made subvolume) does not name it:
   // the subvolume does.
   if (qgroup == 0) {
@@ -342,7 +347,7 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
     }
   }
   btrfs_ioctl_vol_args destroy{};
-  std::strncpy(destroy.name, std::string(id).c_str(), BTRFS_PATH_NAME_MAX);
+  std::strncpy(destroy.name, std::string(name).c_str(), BTRFS_PATH_NAME_MAX);
   // EBUSY while the sandbox's mount namespace is still being torn down; it takes moments.
   for (int attempt = 0;; ++attempt) {
     if (::ioctl(volume.get(), BTRFS_IOC_SNAP_DESTROY, &destroy) == 0) break;
@@ -361,6 +366,56 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
     ::ioctl(volume.get(), BTRFS_IOC_QGROUP_CREATE, &remove);
   }
   return {};
+}
+
+Result<void> SandboxVolume::freeze(std::string_view id, const std::filesystem::path& target) const {
+  const auto source_dir = mount_point_ / id;
+  UniqueFd source(::open(source_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!source) return errno_error("open '{}'", source_dir.string());
+  const auto parent = target.parent_path();
+  UniqueFd into(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!into) return errno_error("open '{}'", parent.string());
+  const std::string name = target.filename().string();
+  btrfs_ioctl_vol_args_v2 args{};
+  args.fd = source.get();
+  std::strncpy(args.name, name.c_str(), BTRFS_SUBVOL_NAME_MAX);
+  if (::ioctl(into.get(), BTRFS_IOC_SNAP_CREATE_V2, &args) != 0) {
+    return errno_error("snapshotting btrfs subvolume '{}' as '{}'", source_dir.string(),
+                       target.string());
+  }
+  // Writable until only the layer is left, then read-only for good.
+  auto trimmed = [&]() -> Result<void> {
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(target, error)) {
+      if (entry.path().filename() == "upper") continue;
+      RETURN_IF_ERROR(remove_tree(entry.path()));
+    }
+    if (error) {
+      return make_error(ErrorCode::kInternal, "listing '{}' failed: {}", target.string(),
+                        error.message());
+    }
+    if (!std::filesystem::is_directory(target / "upper")) {
+      return make_error(ErrorCode::kInternal, "sandbox {} has no writable layer ({})", id,
+                        (source_dir / "upper").string());
+    }
+    UniqueFd frozen(::open(target.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!frozen) return errno_error("open '{}'", target.string());
+    uint64_t flags = 0;
+    if (::ioctl(frozen.get(), BTRFS_IOC_SUBVOL_GETFLAGS, &flags) != 0) {
+      return errno_error("reading the flags of subvolume '{}'", target.string());
+    }
+    flags |= BTRFS_SUBVOL_RDONLY;
+    if (::ioctl(frozen.get(), BTRFS_IOC_SUBVOL_SETFLAGS, &flags) != 0) {
+      return errno_error("making subvolume '{}' read-only", target.string());
+    }
+    return {};
+  }();
+  if (!trimmed) (void)delete_subvolume(parent, name, 0);
+  return trimmed;
+}
+
+Result<void> SandboxVolume::remove_frozen(const std::filesystem::path& layer) const {
+  return delete_subvolume(layer.parent_path(), layer.filename().string(), 0);
 }
 
 Result<void> SandboxVolume::admit(uint64_t committed_bytes, uint64_t limit_bytes,
