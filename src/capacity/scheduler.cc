@@ -135,11 +135,13 @@ Scheduler::LeaseMap::iterator Scheduler::find(std::string_view sandbox_id) {
                       [&](const auto& entry) { return entry.second.sandbox_id == sandbox_id; });
 }
 
-Result<std::string> Scheduler::start(size_t account, const sandbox::Labels& labels) {
+Result<std::string> Scheduler::start(size_t account, const sandbox::Labels& labels,
+                                     const std::vector<std::string>& packages) {
   sandbox::SandboxProvider& provider = *accounts_[account].provider;
   sandbox::SandboxSpec spec = options_.spec;
   for (const auto& [key, value] : labels)
     spec.labels[key] = value;
+  spec.packages.insert(spec.packages.end(), packages.begin(), packages.end());
   ASSIGN_OR_RETURN(auto created, provider.create(spec));
   if (auto prepared = provider.prepare(created.id, options_.prepare); !prepared) {
     (void)provider.destroy(created.id);
@@ -192,16 +194,19 @@ Result<Grant> Scheduler::acquire(const Request& request) {
     const std::string id = lease.sandbox_id;
     sandbox::SandboxProvider& provider = *accounts_[lease.account].provider;
     lock.unlock();
-    auto alive = provider.is_alive(id);
+    // A request for packages the pool's sandboxes lack takes the place of one: destroyed, and
+    // started again with them.
+    const bool fits = request.packages.empty();
+    auto alive = fits ? provider.is_alive(id) : Result<bool>(false);
     const bool live = alive && *alive;
     if (!live) {
       // Died in the pool: never handed out. Its place becomes this request's cold start.
-      spdlog::warn("warm sandbox {} was found dead in the pool; starting another", id);
+      if (fits) spdlog::warn("warm sandbox {} was found dead in the pool; starting another", id);
       (void)provider.destroy(id);
     }
     lock.lock();
     if (live) return handed_out(key, true);
-    ++dead_warm_;
+    if (fits) ++dead_warm_;
     leases_.at(key).sandbox_id.clear();
   } else {
     key = next_lease_++;
@@ -211,7 +216,7 @@ Result<Grant> Scheduler::acquire(const Request& request) {
     lease.conversation_id = request.conversation_id;
     leases_.emplace(key, std::move(lease));
   }
-  RETURN_IF_ERROR(fill(lock, key, request.labels));
+  RETURN_IF_ERROR(fill(lock, key, request.labels, request.packages));
   return handed_out(key, false);
 }
 
@@ -303,10 +308,11 @@ Error Scheduler::timed_out(const std::string& user) const {
                            retry_after().count())};
 }
 
-Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& labels) {
+Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
+                             const std::vector<std::string>& packages) {
   const size_t account = leases_.at(key).account;
   lock.unlock();
-  auto started = start(account, labels);
+  auto started = start(account, labels, packages);
   lock.lock();
   if (!started) {
     leases_.erase(key);

@@ -64,7 +64,10 @@ struct Request {
   std::string user;
   std::string conversation_id;
   sandbox::Labels labels;  // added to the spec's for a sandbox started for this request
-  int cancel_fd = -1;      // readable: stop waiting (kCancelled)
+  // Extra Python packages the sandbox must have (SandboxSpec::packages): a warm sandbox has
+  // none, so such a request takes a warm one's place for a start of its own.
+  std::vector<std::string> packages;
+  int cancel_fd = -1;  // readable: stop waiting (kCancelled)
   // Told, on the acquiring thread, when the request starts waiting and when its place changes.
   std::function<void(const QueuePosition&)> on_queued;
 };
@@ -183,9 +186,11 @@ class Scheduler {
   Error timed_out(const std::string& user) const;
   // Starts the sandbox of the starting lease `key` (unlocked meanwhile); the lease is dropped if
   // that fails.
-  Result<void> fill(Lock& lock, uint64_t key, const sandbox::Labels& labels);
+  Result<void> fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
+                    const std::vector<std::string>& packages = {});
   // Creates and prepares a sandbox in `account` (without the lock).
-  Result<std::string> start(size_t account, const sandbox::Labels& labels);
+  Result<std::string> start(size_t account, const sandbox::Labels& labels,
+                            const std::vector<std::string>& packages);
   // Takes the pool's sandboxes (those among `only`, if given) out of it, as being deleted;
   // returns their ids for destroy().
   std::vector<std::string> withdraw_warm(

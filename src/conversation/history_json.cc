@@ -26,7 +26,8 @@ nlohmann::json to_json(const Conversation& conversation) {
           {"title", conversation.title},
           {"turns", conversation.turns},
           {"created_at", format_time(conversation.created_at)},
-          {"updated_at", format_time(conversation.updated_at)}};
+          {"updated_at", format_time(conversation.updated_at)},
+          {"packages", conversation.packages}};
 }
 
 nlohmann::json to_json(const TurnRecord& turn) {

@@ -28,6 +28,8 @@ struct Conversation {
   Clock::time_point created_at;
   Clock::time_point updated_at;
   std::string owner = std::string(kLocalUser);
+  // Extra Python packages its sandboxes have (SandboxSpec::packages), asked for at its start.
+  std::vector<std::string> packages;
 };
 
 // Which conversations to list: newest activity first, optionally one owner's, a page at a time
@@ -159,8 +161,9 @@ class HistoryStore {
   // process or another) holds it.
   virtual Result<std::unique_ptr<TurnLock>> try_lock_turn(std::string_view conversation_id) = 0;
 
-  virtual Result<Conversation> create_conversation(std::string_view title,
-                                                   std::string_view owner = kLocalUser) = 0;
+  virtual Result<Conversation> create_conversation(
+      std::string_view title, std::string_view owner = kLocalUser,
+      const std::vector<std::string>& packages = {}) = 0;
   virtual Result<Conversation> conversation(std::string_view id) = 0;
   virtual Result<std::vector<Conversation>> conversations(const ConversationQuery& query = {}) = 0;
   // Sets the title if it is still empty (a conversation is named by its first question).

@@ -21,7 +21,7 @@ namespace {
 constexpr int kApplicationId = 0x71727279;
 
 // Migration N takes the schema from version N-1 to N. Append only; never edit a shipped one.
-constexpr std::array<std::string_view, 3> kMigrations = {R"sql(
+constexpr std::array<std::string_view, 4> kMigrations = {R"sql(
 CREATE TABLE conversations (
   id TEXT PRIMARY KEY,
   title TEXT NOT NULL,
@@ -127,6 +127,10 @@ CREATE TABLE stream_events (
                                                          R"sql(
 -- Version 3: what a sandbox's Python kernel holds, told when it is gone.
 ALTER TABLE sandbox_references ADD COLUMN kernel_names TEXT NOT NULL DEFAULT '[]';
+)sql",
+                                                         R"sql(
+-- Version 4: the extra Python packages a conversation's sandboxes have.
+ALTER TABLE conversations ADD COLUMN packages TEXT NOT NULL DEFAULT '[]';
 )sql"};
 
 static_assert(kMigrations.size() == SqliteHistoryStore::kSchemaVersion,
@@ -253,15 +257,21 @@ std::string json_text(const nlohmann::json& value) {
 }
 
 // A conversation is these columns, in this order, of conversations.
-constexpr std::string_view kConversationColumns = "id, title, turns, created_at, updated_at, owner";
+constexpr std::string_view kConversationColumns =
+    "id, title, turns, created_at, updated_at, owner, packages";
 
 Conversation conversation_from(const Statement& row) {
-  return Conversation{row.text(0),
-                      row.text(1),
-                      static_cast<int>(row.integer(2)),
-                      from_unix_ms(row.integer(3)),
-                      from_unix_ms(row.integer(4)),
-                      row.text(5)};
+  Conversation conversation{row.text(0),
+                            row.text(1),
+                            static_cast<int>(row.integer(2)),
+                            from_unix_ms(row.integer(3)),
+                            from_unix_ms(row.integer(4)),
+                            row.text(5),
+                            {}};
+  for (const auto& package : json_from(row, 6)) {
+    if (package.is_string()) conversation.packages.push_back(package.get<std::string>());
+  }
+  return conversation;
 }
 
 constexpr std::string_view kTurnColumns = "number, kind, status, error, started_at, finished_at";
@@ -564,19 +574,20 @@ Result<std::unique_ptr<TurnLock>> SqliteHistoryStore::try_lock_turn(
   return std::make_unique<FileTurnLock>(std::move(fd));
 }
 
-Result<Conversation> SqliteHistoryStore::create_conversation(std::string_view title,
-                                                             std::string_view owner) {
+Result<Conversation> SqliteHistoryStore::create_conversation(
+    std::string_view title, std::string_view owner, const std::vector<std::string>& packages) {
   std::lock_guard lock(mutex_);
-  Conversation conversation{random_id(),  std::string(title), 0,
-                            clock_.now(), clock_.now(),       std::string(owner)};
+  Conversation conversation{random_id(),  std::string(title), 0,       clock_.now(),
+                            clock_.now(), std::string(owner), packages};
   Statement insert(db_,
-                   "INSERT INTO conversations (id, title, turns, created_at, updated_at, owner) "
-                   "VALUES (?, ?, 0, ?, ?, ?)");
+                   "INSERT INTO conversations (id, title, turns, created_at, updated_at, owner, "
+                   "packages) VALUES (?, ?, 0, ?, ?, ?, ?)");
   insert.bind(1, conversation.id)
       .bind(2, conversation.title)
       .bind(3, to_unix_ms(conversation.created_at))
       .bind(4, to_unix_ms(conversation.updated_at))
-      .bind(5, conversation.owner);
+      .bind(5, conversation.owner)
+      .bind(6, json_text(conversation.packages));
   if (int rc = insert.step(); rc != SQLITE_DONE) return sql_error(rc, "creating a conversation");
   return conversation;
 }

@@ -16,7 +16,7 @@ namespace quarry::conversation {
 class SqliteHistoryStore final : public HistoryStore {
  public:
   // The schema version this build writes; older databases are migrated on open.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   static Result<std::unique_ptr<SqliteHistoryStore>> open(const std::filesystem::path& path,
                                                           const Clock& clock);
@@ -24,7 +24,8 @@ class SqliteHistoryStore final : public HistoryStore {
 
   Result<std::unique_ptr<TurnLock>> try_lock_turn(std::string_view conversation_id) override;
   Result<Conversation> create_conversation(std::string_view title,
-                                           std::string_view owner = kLocalUser) override;
+                                           std::string_view owner = kLocalUser,
+                                           const std::vector<std::string>& packages = {}) override;
   Result<Conversation> conversation(std::string_view id) override;
   Result<std::vector<Conversation>> conversations(const ConversationQuery& query = {}) override;
   Result<void> name_conversation(std::string_view id, std::string_view title) override;

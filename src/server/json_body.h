@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/api_error.h"
 
@@ -23,6 +24,9 @@ class JsonBody {
   ApiResult<std::string> string(std::string_view name, size_t max_bytes = 1 << 20) const;
   ApiResult<std::optional<std::string>> optional_string(std::string_view name,
                                                         size_t max_bytes = 1 << 20) const;
+  // A list of strings (empty when absent): at most `max_items`, each of at most `max_bytes`.
+  ApiResult<std::vector<std::string>> string_list(std::string_view name, size_t max_items,
+                                                  size_t max_bytes) const;
 
  private:
   explicit JsonBody(nlohmann::json object) : object_(std::move(object)) {}

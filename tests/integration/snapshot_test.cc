@@ -13,7 +13,10 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/file_util.h"
+#include "conversation/conversation_manager.h"
+#include "conversation/sqlite_history_store.h"
 #include "probe_wheel.h"
 #include "sandbox/local/local_provider.h"
 #include "sandbox_environment.h"
@@ -379,6 +382,50 @@ TEST_F(Snapshot, AMissingPackageFailsTheCreateAndSaysWhich) {
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(bad.error().message.find("is not a package requirement"), std::string::npos);
+}
+
+// A conversation started with extra packages has them in each of its sandboxes; the second
+// conversation asking for the same set starts from their snapshot.
+TEST_F(Snapshot, AConversationsSandboxesHaveThePackagesItStartedWith) {
+  ASSERT_TRUE(make_probe_wheel(dir_ / "index", "1.0"));
+  auto& environment = SandboxEnvironment::get();
+  SystemClock clock;
+  auto history = conversation::SqliteHistoryStore::open(environment.fresh_history_path(), clock);
+  ASSERT_TRUE(history) << history.error().message;
+  conversation::ManagerOptions options;
+  options.instance_id = fmt::format("snapshot-{}", ::getpid());
+  options.spec = ScopedSandbox::default_spec();
+  conversation::ConversationManager manager(*provider_, **history, clock, options);
+  auto step = [&](const std::string& conversation_id) {
+    auto turn = manager.begin_turn(conversation_id);
+    EXPECT_TRUE(turn) << turn.error().message;
+    if (!turn) return std::string();
+    sandbox::ExecRequest request;
+    request.argv = {"python3", "-c",
+                    "try:\n import quarry_probe; print(quarry_probe.__version__)\n"
+                    "except ImportError: print('missing')"};
+    auto ran = (*turn)->sandbox().execute(request);
+    (*turn)->finish(conversation::TurnStatus::kCompleted);
+    EXPECT_TRUE(ran) << ran.error().message;
+    return ran ? ran->result.stdout_text : std::string();
+  };
+  auto snapshot_of = [&](const std::string& conversation_id) {
+    auto found =
+        provider_->find({{std::string(conversation::kConversationLabel), conversation_id}});
+    EXPECT_TRUE(found && found->size() == 1u);
+    return found && found->size() == 1u ? found->front().snapshot : std::string("?");
+  };
+
+  const auto first = (*history)->create_conversation("", "local", {"quarry-probe"})->id;
+  EXPECT_EQ(step(first), "1.0\n");
+  EXPECT_EQ(snapshot_of(first), "") << "the first installed them itself";
+  const auto second = (*history)->create_conversation("", "local", {"quarry-probe"})->id;
+  EXPECT_EQ(step(second), "1.0\n");
+  EXPECT_TRUE(snapshot_of(second).starts_with("packages-")) << snapshot_of(second);
+  const auto plain = (*history)->create_conversation("")->id;
+  EXPECT_EQ(step(plain), "missing\n");
+  EXPECT_EQ(snapshot_of(plain), "");
+  ASSERT_TRUE(manager.shutdown());
 }
 
 TEST_F(Snapshot, UnusedOnesAreCollectedAfterTheirSetting) {
