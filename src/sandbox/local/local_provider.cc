@@ -889,7 +889,11 @@ Result<SnapshotRecord> LocalProvider::freeze(const SandboxRecord& sandbox, std::
     record.packages = std::move(packages);
     record.lock = std::move(lock);
     record.id_base = sandbox.id_base;
-    ASSIGN_OR_RETURN(record.size_bytes, tree_bytes(layer / "upper"));
+    // What the sandbox's subvolume held when it was frozen (the snapshot committed a
+    // transaction): nearly all of it is the layer. Walking the layer would visit every file.
+    auto held = volume->referenced_bytes(sandbox.qgroup);
+    if (!held) held = tree_bytes(layer / "upper");
+    ASSIGN_OR_RETURN(record.size_bytes, std::move(held));
     record.created_at = record.last_used_at = std::chrono::system_clock::now();
     RETURN_IF_ERROR(snapshots_.save_staged(staging, record));
     RETURN_IF_ERROR(snapshots_.publish(staging, name));

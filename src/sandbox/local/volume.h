@@ -41,12 +41,14 @@ class SandboxVolume {
   Result<void> remove(std::string_view id, uint64_t qgroup) const;
 
   // Freezes sandbox `id`'s writable layer: a read-only btrfs snapshot of its subvolume at
-  // `target` (a new name in a directory of the volume) that keeps only upper/, the layer (its
-  // whiteouts and opaque directories as they are), and nothing else the sandbox had there (its
-  // record, socket, log, overlay work directory). Nothing is copied, so it takes no longer for
-  // a full layer than an empty one; the sandbox goes on. The snapshot holds only what reached
-  // the filesystem: btrfs writes out the sandbox's dirty pages first.
+  // `target` (a new name in a directory of the volume), whose upper/ is the layer with its
+  // whiteouts and opaque directories as they are (the rest of the sandbox's directory, its
+  // record and log, comes along unused). Nothing is copied, so it takes no longer for a full
+  // layer than an empty one; the sandbox goes on. It holds what reached the filesystem: btrfs
+  // writes out the sandbox's dirty pages first.
   Result<void> freeze(std::string_view id, const std::filesystem::path& target) const;
+  // The bytes qgroup 0/`qgroup` (a subvolume's) refers to, as of the last transaction.
+  Result<uint64_t> referenced_bytes(uint64_t qgroup) const;
   // Deletes a subvolume that `freeze` made, and its qgroup. Missing is fine.
   Result<void> remove_frozen(const std::filesystem::path& layer) const;
 
