@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/command.h"
 #include "common/file_util.h"
 #include "conversation/conversation_manager.h"
 #include "conversation/sqlite_history_store.h"
@@ -216,6 +217,42 @@ TEST_F(Snapshot, SnapshotsOfSnapshotsKeepWhiteoutsAndOpaqueDirectories) {
       << refused.error().message;
   ASSERT_TRUE(provider_->remove_snapshot("second"));
   EXPECT_TRUE(provider_->remove_snapshot("first"));
+}
+
+// Snapshots share their extents with the sandboxes they were frozen from; deleting either, in
+// any order, must leave btrfs's accounting whole, or disk limits stop holding for every sandbox.
+TEST_F(Snapshot, DiskLimitsStillHoldAfterSnapshotsAndTheirSourcesAreGone) {
+  for (int round = 0; round < 2; ++round) {
+    const auto source = create();
+    ASSERT_EQ(sh(source, "head -c 20000000 /dev/urandom > data/big && echo ok"), "ok\n");
+    snapshot(source, "churn");
+    const auto user = create("churn");
+    ASSERT_EQ(sh(user, "rm data/big && echo ok"), "ok\n");
+    if (round == 0) {
+      destroy(source);
+      destroy(user);
+      ASSERT_TRUE(provider_->remove_snapshot("churn"));
+    } else {
+      destroy(user);
+      ASSERT_TRUE(provider_->remove_snapshot("churn"));
+      destroy(source);
+    }
+    // Every later open of the volume sweeps qgroups of deleted subvolumes.
+    open_provider(SandboxEnvironment::get().config().sandbox.snapshots);
+  }
+  const auto volume = (SandboxEnvironment::get().state_dir() / "sandboxes").string();
+  ASSERT_TRUE(run_command({"btrfs", "filesystem", "sync", volume}));
+  auto shown = run_command({"btrfs", "qgroup", "show", volume});
+  ASSERT_TRUE(shown) << shown.error().message;
+  EXPECT_EQ(shown->output.find("inconsistent"), std::string::npos) << shown->output;
+  auto spec = ScopedSandbox::default_spec();
+  spec.resources.disk_bytes = 64 * kMiB;
+  auto limited = provider_->create(spec);
+  ASSERT_TRUE(limited) << limited.error().message;
+  sandboxes_.push_back(limited->id);
+  EXPECT_NE(sh(limited->id, "dd if=/dev/zero of=/tmp/fill bs=1M count=200 2>&1; true")
+                .find("Disk quota exceeded"),
+            std::string::npos);
 }
 
 TEST_F(Snapshot, RemoveIsRefusedWhileASandboxUsesIt) {

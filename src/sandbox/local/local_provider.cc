@@ -55,6 +55,9 @@ CgroupLimits sandbox_cgroup_limits(const ResourceLimits& resources, const Sandbo
 
 constexpr auto kSetupTimeout = std::chrono::seconds(10);
 
+static_assert(kMaxFrozenLayers + 1 <= protocol::kMaxFds,
+              "the setup message carries a tree for each frozen layer and the image");
+
 double milliseconds_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -916,6 +919,15 @@ Result<SnapshotInfo> LocalProvider::snapshot(std::string_view id, std::string_vi
                       "or remove it first: quarry snapshot rm {}",
                       name, existing->sandbox, name);
   }
+  if (!sandbox.snapshot.empty()) {
+    ASSIGN_OR_RETURN(auto below, snapshots_.chain(sandbox.snapshot));
+    if (below.size() >= kMaxFrozenLayers) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "sandbox {} has {} frozen layers already (snapshot {} and those it is made "
+                        "on), the most a sandbox can have; snapshot a sandbox started from fewer",
+                        id, below.size(), sandbox.snapshot);
+    }
+  }
   if (const auto execs = cgroups_->execs(id); !execs.empty()) {
     if (!stop_commands) {
       return make_error(ErrorCode::kFailedPrecondition,
@@ -947,7 +959,11 @@ Result<std::vector<SnapshotInfo>> LocalProvider::snapshots() {
 Result<void> LocalProvider::remove_snapshot(std::string_view name) {
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
   ASSIGN_OR_RETURN(auto lock, snapshots_.lock(/*exclusive=*/true));
-  ASSIGN_OR_RETURN(auto snapshot, snapshots_.load(name));
+  // A damaged record is removed all the same (its error says to).
+  if (auto snapshot = snapshots_.load(name); !snapshot) {
+    if (snapshot.error().code == ErrorCode::kNotFound) return std::unexpected(snapshot.error());
+    spdlog::warn("{}", snapshot.error().message);
+  }
   ASSIGN_OR_RETURN(auto snapshots, snapshots_.list());
   ASSIGN_OR_RETURN(auto sandboxes, state_.list());
   const auto users = users_of(name, sandboxes, snapshots);
@@ -967,8 +983,8 @@ Result<void> LocalProvider::remove_snapshot(std::string_view name) {
                       users.snapshots.size() == 1 ? "is" : "are", name,
                       users.snapshots.size() == 1 ? "it" : "them", fmt::join(users.snapshots, " "));
   }
-  RETURN_IF_ERROR(volume->remove_frozen(snapshots_.layer(snapshot.name)));
-  return snapshots_.remove_record(snapshot.name);
+  RETURN_IF_ERROR(volume->remove_frozen(snapshots_.layer(name)));
+  return snapshots_.remove_record(name);
 }
 
 Result<std::vector<std::string>> LocalProvider::collect_snapshots(bool wait) {

@@ -190,11 +190,11 @@ Result<std::vector<SnapshotRecord>> SnapshotStore::chain(std::string_view name) 
           fmt::format("snapshot {} was made on snapshot {}", chain.back().name, next)));
     }
     // Each snapshot is made on one that existed before, so a loop means damage.
-    if (chain.size() >= 15) {
+    if (chain.size() >= kMaxFrozenLayers) {
       return make_error(ErrorCode::kInternal,
-                        "snapshot {} is made on more than 15 others; a sandbox cannot have that "
+                        "snapshot {} is made on more than {} others; a sandbox cannot have that "
                         "many layers",
-                        name);
+                        name, kMaxFrozenLayers - 1);
     }
     next = record->parent;
     chain.push_back(std::move(*record));

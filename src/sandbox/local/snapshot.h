@@ -36,6 +36,9 @@
 namespace quarry::sandbox::local {
 
 inline constexpr std::string_view kPackageSnapshotPrefix = "packages-";
+// Frozen layers a sandbox can have above the image: one descriptor each in init's setup
+// message, which carries at most protocol::kMaxFds.
+inline constexpr size_t kMaxFrozenLayers = 15;
 
 struct SnapshotRecord {
   std::string name;
