@@ -333,7 +333,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
     spdlog::debug("{}; starting again with other ids", started.error().message);
   }
   if (started && !layers.chain.empty()) {
-    snapshots_.touch(layers.chain.front().name, std::chrono::system_clock::now());
+    snapshots_.touch(layers.chain.front(), std::chrono::system_clock::now());
   }
   // The sandbox's record names its snapshot now (or there is no sandbox): it is safe to delete
   // unused ones again.
@@ -407,20 +407,27 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
   // Whether a host process runs with ids of the range (a scan of /proc) and the image as the
   // range sees it (an idmapped mount) are found on another thread meanwhile: they take about
   // as long as the cgroups and init that are made here.
-  // A snapshot's frozen layers have the ids of the sandbox each was frozen from.
+  // A snapshot's frozen layers have the ids of the sandbox each was frozen from; their trees are
+  // made on a thread of their own, beside the image's.
   struct IdRange {
     bool in_use = false;
-    std::vector<Result<UniqueFd>> trees;  // the frozen layers', top first, then the image's
+    Result<UniqueFd> image_tree;
   };
-  auto id_range = std::async(std::launch::async, [this, &image, &layers, id_base] {
-    IdRange range{host_ids_in_use(id_base, kSandboxIdCount), {}};
-    for (const auto& layer : layers.chain) {
-      range.trees.push_back(
-          idmapped_tree(snapshots_.upper(layer.name), layer.id_base, id_base, kSandboxIdCount));
-    }
-    range.trees.push_back(idmapped_tree(image.rootfs, kSandboxIdBase, id_base, kSandboxIdCount));
-    return range;
+  auto id_range = std::async(std::launch::async, [&image, id_base] {
+    return IdRange{host_ids_in_use(id_base, kSandboxIdCount),
+                   idmapped_tree(image.rootfs, kSandboxIdBase, id_base, kSandboxIdCount)};
   });
+  std::future<std::vector<Result<UniqueFd>>> frozen_trees;
+  if (!layers.chain.empty()) {
+    frozen_trees = std::async(std::launch::async, [this, &layers, id_base] {
+      std::vector<Result<UniqueFd>> trees;
+      for (const auto& layer : layers.chain) {
+        trees.push_back(
+            idmapped_tree(snapshots_.upper(layer.name), layer.id_base, id_base, kSandboxIdCount));
+      }
+      return trees;
+    });
+  }
 
   SandboxRecord record;
   record.id = id;
@@ -489,11 +496,13 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
       fmt::format("starting sandbox {} (see {})", id, (sandbox_dir / "init.log").string());
   // The image and the frozen layers as this sandbox's ids see them: init attaches the trees as
   // its overlay's lower layers.
-  auto [ids_in_use, trees] = id_range.get();
+  auto [ids_in_use, image_tree] = id_range.get();
+  auto trees = frozen_trees.valid() ? frozen_trees.get() : std::vector<Result<UniqueFd>>{};
   if (ids_in_use) {
     return make_error(ErrorCode::kAborted, "a host process runs with ids {}..{}", id_base,
                       id_base + kSandboxIdCount - 1);
   }
+  trees.push_back(std::move(image_tree));
   std::vector<UniqueFd> layer_trees;
   std::vector<int> tree_fds;
   for (auto& tree : trees) {

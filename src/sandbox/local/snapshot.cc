@@ -229,10 +229,13 @@ Result<void> SnapshotStore::save(const std::filesystem::path& dir,
 }
 
 void SnapshotStore::touch(std::string_view name, std::chrono::system_clock::time_point when) const {
-  auto record = load(name);
-  if (!record || record->last_used_at >= when) return;
-  record->last_used_at = when;
-  (void)save(dir_ / name, *record);
+  if (auto record = load(name)) touch(std::move(*record), when);
+}
+
+void SnapshotStore::touch(SnapshotRecord record, std::chrono::system_clock::time_point when) const {
+  if (when - record.last_used_at < std::chrono::minutes(1)) return;
+  record.last_used_at = when;
+  (void)save(dir_ / record.name, record);
 }
 
 Result<UniqueFd> SnapshotStore::lock(bool exclusive, bool wait) const {

@@ -113,8 +113,11 @@ class SnapshotStore {
   Result<std::vector<SnapshotRecord>> chain(std::string_view name) const;
   // Every complete snapshot, oldest first (one being made is not there yet).
   Result<std::vector<SnapshotRecord>> list() const;
-  // Records that a sandbox started from it or stopped using it now. Best effort.
+  // Records that a sandbox started from it or stopped using it at `when`. Best effort, and only
+  // when the record says a minute earlier or more (the time is for collection, kept in days):
+  // sandbox starts do not write it each time.
   void touch(std::string_view name, std::chrono::system_clock::time_point when) const;
+  void touch(SnapshotRecord record, std::chrono::system_clock::time_point when) const;
 
   // The store's lock: shared while a sandbox is started from a snapshot (until its record names
   // it), exclusive to delete one. With `wait` false, kUnavailable when it is held.
