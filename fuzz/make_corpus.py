@@ -218,6 +218,14 @@ SETUP = {
 }
 write("protocol", "setup_handshake", frame(SETUP) + frame({"type": "userns"})
       + frame({"type": "maps_written"}) + frame({"type": "ready"}))
+# A sandbox started from a snapshot made on another: two frozen layers above the image.
+write("protocol", "setup_from_snapshot", frame(dict(SETUP, frozen_dirs=[
+    "/var/lib/quarry/sandboxes/snapshots/prepared/layer/upper",
+    "/var/lib/quarry/sandboxes/snapshots/packages-4f2a9c1e7b3d5a60/layer/upper"])))
+write("protocol", "root_exec",
+      frame({"type": "exec", "argv": ["/opt/quarry/venv/bin/pip", "install", "--no-index"],
+             "env": ["HOME=/root"], "cwd": "/", "root": True})
+      + frame({"type": "exit", "status": 0, "run_ns": 2000000}))
 write("protocol", "exec_and_exit",
       frame({"type": "exec", "argv": ["/opt/venv/bin/python", "analysis.py"],
              "env": ["PATH=/opt/venv/bin:/usr/bin:/bin", "HOME=/home/sandbox", "LANG=C.UTF-8"],

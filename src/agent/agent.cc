@@ -3,6 +3,7 @@
 #include <regex>
 #include <set>
 
+#include "agent/guidance.h"
 #include "data/sandbox_export.h"
 
 namespace quarry::agent {
@@ -226,7 +227,11 @@ Agent::Agent(ModelClient* model, conversation::ConversationManager& manager,
       options_(std::move(options)) {}
 
 std::vector<ChatMessage> Agent::context(const std::string& conversation_id) const {
-  std::vector<ChatMessage> messages = {{"system", system_prompt_, {}, ""}};
+  std::string prompt = system_prompt_;
+  if (auto conversation = history_.conversation(conversation_id)) {
+    prompt += extra_packages_text(conversation->packages);
+  }
+  std::vector<ChatMessage> messages = {{"system", std::move(prompt), {}, ""}};
   auto history = history_.messages(conversation_id);
   if (!history) return messages;
   for (const auto& message :

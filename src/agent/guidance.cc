@@ -61,4 +61,12 @@ How to work: measure, understand the bottleneck, rewrite, retry.
       fmt::arg("artifact_types", fmt::join(kArtifactTypes, ", ")));
 }
 
+std::string extra_packages_text(const std::vector<std::string>& packages) {
+  if (packages.empty()) return "";
+  return fmt::format(
+      "\n\nThis conversation's sandbox also has {} installed (asked for when the conversation "
+      "started).",
+      fmt::join(packages, ", "));
+}
+
 }  // namespace quarry::agent

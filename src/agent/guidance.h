@@ -15,4 +15,7 @@ namespace quarry::agent {
 // writes code for those versions; without it the prompt names the configured packages only.
 std::string system_prompt(const Config& config, const std::optional<sandbox::Runtime>& runtime);
 
+// What the system prompt adds for a conversation started with extra packages (empty for none).
+std::string extra_packages_text(const std::vector<std::string>& packages);
+
 }  // namespace quarry::agent

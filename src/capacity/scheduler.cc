@@ -136,12 +136,14 @@ Scheduler::LeaseMap::iterator Scheduler::find(std::string_view sandbox_id) {
 }
 
 Result<std::string> Scheduler::start(size_t account, const sandbox::Labels& labels,
-                                     const std::optional<NetworkPolicy>& network) {
+                                     const std::optional<NetworkPolicy>& network,
+                                     const std::vector<std::string>& packages) {
   sandbox::SandboxProvider& provider = *accounts_[account].provider;
   sandbox::SandboxSpec spec = options_.spec;
   if (network) spec.network = *network;
   for (const auto& [key, value] : labels)
     spec.labels[key] = value;
+  spec.packages.insert(spec.packages.end(), packages.begin(), packages.end());
   ASSIGN_OR_RETURN(auto created, provider.create(spec));
   if (auto prepared = provider.prepare(created.id, options_.prepare); !prepared) {
     (void)provider.destroy(created.id);
@@ -194,23 +196,19 @@ Result<Grant> Scheduler::acquire(const Request& request) {
     const std::string id = lease.sandbox_id;
     sandbox::SandboxProvider& provider = *accounts_[lease.account].provider;
     lock.unlock();
-    bool live = false;
-    if (request.network) {
-      // It has the spec's network, more than this conversation may have: its place becomes
-      // the request's start with its own.
+    // A warm sandbox has the spec's network and no extra packages: a request that narrows the
+    // one or asks for the other takes its place, which is destroyed, for a start of its own.
+    const bool fits = !request.network && request.packages.empty();
+    auto alive = fits ? provider.is_alive(id) : Result<bool>(false);
+    const bool live = alive && *alive;
+    if (!live) {
+      // Died in the pool: never handed out. Its place becomes this request's cold start.
+      if (fits) spdlog::warn("warm sandbox {} was found dead in the pool; starting another", id);
       (void)provider.destroy(id);
-    } else {
-      auto alive = provider.is_alive(id);
-      live = alive && *alive;
-      if (!live) {
-        // Died in the pool: never handed out. Its place becomes this request's cold start.
-        spdlog::warn("warm sandbox {} was found dead in the pool; starting another", id);
-        (void)provider.destroy(id);
-      }
     }
     lock.lock();
     if (live) return handed_out(key, true);
-    if (!request.network) ++dead_warm_;
+    if (fits) ++dead_warm_;
     leases_.at(key).sandbox_id.clear();
   } else {
     key = next_lease_++;
@@ -220,7 +218,7 @@ Result<Grant> Scheduler::acquire(const Request& request) {
     lease.conversation_id = request.conversation_id;
     leases_.emplace(key, std::move(lease));
   }
-  RETURN_IF_ERROR(fill(lock, key, request.labels, request.network));
+  RETURN_IF_ERROR(fill(lock, key, request.labels, request.network, request.packages));
   return handed_out(key, false);
 }
 
@@ -313,10 +311,11 @@ Error Scheduler::timed_out(const std::string& user) const {
 }
 
 Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
-                             const std::optional<NetworkPolicy>& network) {
+                             const std::optional<NetworkPolicy>& network,
+                             const std::vector<std::string>& packages) {
   const size_t account = leases_.at(key).account;
   lock.unlock();
-  auto started = start(account, labels, network);
+  auto started = start(account, labels, network, packages);
   lock.lock();
   if (!started) {
     leases_.erase(key);

@@ -67,6 +67,9 @@ struct Request {
   // Less network than the spec's (the conversation narrowed it): such a request never gets a
   // warm sandbox, which has the spec's; it takes a warm one's place and starts its own.
   std::optional<NetworkPolicy> network;
+  // Extra Python packages the sandbox must have (SandboxSpec::packages): a warm sandbox has
+  // none, so such a request takes a warm one's place for a start of its own.
+  std::vector<std::string> packages;
   int cancel_fd = -1;  // readable: stop waiting (kCancelled)
   // Told, on the acquiring thread, when the request starts waiting and when its place changes.
   std::function<void(const QueuePosition&)> on_queued;
@@ -187,11 +190,13 @@ class Scheduler {
   // Starts the sandbox of the starting lease `key` (unlocked meanwhile); the lease is dropped if
   // that fails.
   Result<void> fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
-                    const std::optional<NetworkPolicy>& network = std::nullopt);
+                    const std::optional<NetworkPolicy>& network = std::nullopt,
+                    const std::vector<std::string>& packages = {});
   // Creates and prepares a sandbox in `account` (without the lock), with the spec's network
-  // unless `network` narrows it.
+  // unless `network` narrows it, and the spec's packages and `packages`.
   Result<std::string> start(size_t account, const sandbox::Labels& labels,
-                            const std::optional<NetworkPolicy>& network);
+                            const std::optional<NetworkPolicy>& network,
+                            const std::vector<std::string>& packages);
   // Takes the pool's sandboxes (those among `only`, if given) out of it, as being deleted;
   // returns their ids for destroy().
   std::vector<std::string> withdraw_warm(

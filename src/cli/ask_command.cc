@@ -1,5 +1,5 @@
-// quarry ask "QUESTION" [--conversation ID]: what it parses. What it does is in data/ask.cc
-// (quarry-data; data_commands.h).
+// quarry ask "QUESTION" [--conversation ID | --package REQ...]: what it parses. What it does is in
+// data/ask.cc (quarry-data; data_commands.h).
 #include "cli/data_commands.h"
 
 namespace quarry::cli {
@@ -10,8 +10,14 @@ std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, i
   auto* command = app.add_subcommand(
       "ask", "ask the agent a question about the data; streams its work and answer");
   command->add_option("question", options->question, "the question")->required();
-  command->add_option("--conversation", options->conversation_id,
-                      "continue this conversation (default: start a new one)");
+  auto* conversation = command->add_option("--conversation", options->conversation_id,
+                                           "continue this conversation (default: start a new one)");
+  command
+      ->add_option("--package", options->packages,
+                   "an extra Python package for a new conversation's sandboxes, e.g. "
+                   "tabulate==0.9.0 (repeatable)")
+      ->allow_extra_args(false)
+      ->excludes(conversation);
   command->callback(
       [&context, &exit_code, &data, &opts = *options] { exit_code = data.ask(context, opts); });
   return options;

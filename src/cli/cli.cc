@@ -25,6 +25,7 @@ int run(int argc, char** argv, DataCommands& data) {
   Context context(options);
   int exit_code = 0;
   auto sandbox_commands = add_sandbox_commands(app, context, exit_code);
+  auto snapshot_commands = add_snapshot_commands(app, context, exit_code);
   auto image_commands = add_image_commands(app, context, exit_code);
   auto db_commands = add_db_commands(app, context, exit_code, data);
   auto conversation_commands = add_conversation_commands(app, context, exit_code);

@@ -24,6 +24,8 @@ class DataCommands;
 int run(int argc, char** argv, DataCommands& data);
 
 std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& context, int& exit_code);
+std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& context,
+                                                    int& exit_code);
 std::unique_ptr<CommandGroup> add_image_commands(CLI::App& app, Context& context, int& exit_code);
 std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, int& exit_code,
                                               DataCommands& data);

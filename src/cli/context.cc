@@ -48,4 +48,14 @@ int report(const Error& error) {
   return 1;
 }
 
+std::string age(std::chrono::system_clock::time_point when) {
+  auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now() - when)
+          .count();
+  if (seconds < 120) return fmt::format("{}s", seconds);
+  if (seconds < 7200) return fmt::format("{}m", seconds / 60);
+  if (seconds < 172800) return fmt::format("{}h", seconds / 3600);
+  return fmt::format("{}d", seconds / 86400);
+}
+
 }  // namespace quarry::cli

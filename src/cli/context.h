@@ -2,6 +2,7 @@
 // loaded on first use so that `quarry --help` works anywhere.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -43,6 +44,9 @@ class Context {
 
 // Prints "quarry: <message>" on stderr and returns the exit status for a failed command.
 int report(const Error& error);
+
+// How long ago `when` was, coarsely, for tables: 45s, 12m, 3h, 2d.
+std::string age(std::chrono::system_clock::time_point when);
 
 }  // namespace quarry::cli
 

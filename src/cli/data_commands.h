@@ -24,6 +24,7 @@ struct DbOptions final : CommandGroup {
 struct AskOptions final : CommandGroup {
   std::string question;
   std::string conversation_id;
+  std::vector<std::string> packages;  // of a new conversation
 };
 
 struct ServeOptions final : CommandGroup {

@@ -27,6 +27,8 @@ struct ResourceFlags {
   std::optional<double> cpus;
   std::optional<uint32_t> pids;
   std::vector<std::string> labels;
+  std::string snapshot;
+  std::vector<std::string> packages;
 };
 
 struct ExecFlags {
@@ -44,6 +46,13 @@ void add_resource_flags(CLI::App* command, ResourceFlags& flags) {
   command->add_option("--cpus", flags.cpus, "CPU quota in cores, e.g. 1 or 0.5 (default: config)");
   command->add_option("--pids", flags.pids, "process and thread limit (default: config)");
   command->add_option("--disk", flags.disk, "writable disk size, e.g. 2GiB (default: config)");
+  command->add_option("--snapshot", flags.snapshot,
+                      "start from this snapshot (quarry snapshot ls) instead of the bare image");
+  command
+      ->add_option("--package", flags.packages,
+                   "an extra Python package, e.g. tabulate==0.9.0 (repeatable); installed once "
+                   "per set, then kept as a snapshot that later sandboxes start from")
+      ->allow_extra_args(false);
 }
 
 void add_exec_flags(CLI::App* command, ExecFlags& flags) {
@@ -81,6 +90,8 @@ Result<sandbox::SandboxSpec> make_spec(const ResourceFlags& flags, const Config&
   spec.resources = config.sandbox.resources;
   spec.network = config.sandbox.network;
   ASSIGN_OR_RETURN(spec.labels, parse_labels(flags.labels));
+  spec.snapshot = flags.snapshot;
+  spec.packages = flags.packages;
   if (!flags.memory.empty()) {
     ASSIGN_OR_RETURN(spec.resources.memory_bytes,
                      with_context(parse_size(flags.memory), "--memory"));
@@ -150,16 +161,6 @@ int run_exec(sandbox::SandboxProvider& provider, const std::string& id, const Ex
   }
   if (result->timed_out) return kTimeoutExit;
   return result->exit_code;
-}
-
-std::string age(std::chrono::system_clock::time_point created) {
-  auto seconds =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now() - created)
-          .count();
-  if (seconds < 120) return fmt::format("{}s", seconds);
-  if (seconds < 7200) return fmt::format("{}m", seconds / 60);
-  if (seconds < 172800) return fmt::format("{}h", seconds / 3600);
-  return fmt::format("{}d", seconds / 86400);
 }
 
 std::string label_text(const Labels& labels) {
@@ -329,6 +330,8 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
              {"disk_bytes", info.resources.disk_bytes},
              {"pids", info.resources.pids},
              {"network", network_of(info)},
+             {"snapshot", info.snapshot.empty() ? nlohmann::json() : nlohmann::json(info.snapshot)},
+             {"packages", info.packages},
              {"created_at_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                                    info.created_at.time_since_epoch())
                                    .count()}});

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/error.h"
 
@@ -28,6 +29,24 @@ Result<void> make_directories(const std::filesystem::path& path, mode_t mode = 0
 
 // rm -rf that never follows symlinks; a missing path is not an error.
 Result<void> remove_tree(const std::filesystem::path& path);
+
+// A directory tree that is removed (remove_tree) when this goes out of scope, unless released:
+// work in progress that a failure must not leave behind.
+class ScopedTree {
+ public:
+  explicit ScopedTree(std::filesystem::path path) : path_(std::move(path)) {}
+  ScopedTree(ScopedTree&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  ScopedTree& operator=(ScopedTree&&) = delete;
+  ~ScopedTree() {
+    if (!path_.empty()) (void)remove_tree(path_);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  // Keeps the tree.
+  void release() { path_.clear(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // The running executable's path (/proc/self/exe), which programs installed beside it are found
 // from; empty if it cannot be read.

@@ -55,17 +55,6 @@ class Walker : public YamlReader {
   }
 };
 
-bool valid_package_spec(std::string_view spec) {
-  if (spec.empty()) return false;
-  for (char c : spec) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) ||
-          std::string_view("-_.[]=<>!~,").find(c) != std::string_view::npos)) {
-      return false;
-    }
-  }
-  return std::isalnum(static_cast<unsigned char>(spec.front()));
-}
-
 Result<void> parse_resources(const Walker& walk, const YAML::Node& node, std::string_view path,
                              ResourceLimits& out) {
   RETURN_IF_ERROR(walk.check_map(node, path, {"cpus", "memory", "disk", "pids"}));
@@ -152,12 +141,36 @@ Result<void> parse_artifact_limits(const Walker& walk, const YAML::Node& node,
   return {};
 }
 
+// A duration, or "never" (nullopt).
+Result<std::optional<Duration>> duration_or_never(const Walker& walk, const YAML::Node& node,
+                                                  std::string_view path) {
+  ASSIGN_OR_RETURN(auto text, walk.scalar(node, path));
+  if (text == "never") return std::nullopt;
+  auto value = parse_duration(text);
+  if (!value) return walk.fail(node, path, "{}; or never, to keep them", value.error().message);
+  return *value;
+}
+
+Result<void> parse_snapshots(const Walker& walk, const YAML::Node& node, SnapshotConfig& out) {
+  RETURN_IF_ERROR(walk.check_map(node, "sandbox.snapshots", {"keep_unused", "keep_unused_named"}));
+  if (node.IsNull()) return {};
+  if (auto value = node["keep_unused"]) {
+    ASSIGN_OR_RETURN(out.keep_unused,
+                     duration_or_never(walk, value, "sandbox.snapshots.keep_unused"));
+  }
+  if (auto value = node["keep_unused_named"]) {
+    ASSIGN_OR_RETURN(out.keep_unused_named,
+                     duration_or_never(walk, value, "sandbox.snapshots.keep_unused_named"));
+  }
+  return {};
+}
+
 Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxConfig& out) {
   constexpr std::string_view kPath = "sandbox";
-  RETURN_IF_ERROR(walk.check_map(
-      node, kPath,
-      {"provider", "packages", "lock", "data_dir", "output_dir", "export_max_rows", "resources",
-       "exec_timeout", "idle_timeout", "network", "output_limit", "artifacts", "local"}));
+  RETURN_IF_ERROR(walk.check_map(node, kPath,
+                                 {"provider", "packages", "lock", "data_dir", "output_dir",
+                                  "export_max_rows", "resources", "exec_timeout", "idle_timeout",
+                                  "network", "output_limit", "artifacts", "snapshots", "local"}));
   if (node.IsNull()) return {};
   if (auto value = node["provider"]) {
     ASSIGN_OR_RETURN(out.provider, walk.scalar(value, "sandbox.provider"));
@@ -169,7 +182,7 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
   if (auto value = node["packages"]) {
     ASSIGN_OR_RETURN(out.packages, walk.scalar_list(value, "sandbox.packages"));
     for (size_t i = 0; i < out.packages.size(); ++i) {
-      if (!valid_package_spec(out.packages[i])) {
+      if (!valid_package_requirement(out.packages[i])) {
         return walk.fail(value[i], fmt::format("sandbox.packages[{}]", i),
                          "'{}' is not a package requirement (e.g. polars or polars==1.9.0)",
                          out.packages[i]);
@@ -218,6 +231,9 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
   }
   if (auto value = node["artifacts"]) {
     RETURN_IF_ERROR(parse_artifact_limits(walk, value, out.artifacts));
+  }
+  if (auto value = node["snapshots"]) {
+    RETURN_IF_ERROR(parse_snapshots(walk, value, out.snapshots));
   }
   if (auto value = node["local"]) {
     RETURN_IF_ERROR(
@@ -496,6 +512,17 @@ Result<void> check_capacity(const Walker& walk, const YAML::Node& root, const Co
 }
 
 }  // namespace
+
+bool valid_package_requirement(std::string_view spec) {
+  if (spec.empty()) return false;
+  for (char c : spec) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) ||
+          std::string_view("-_.[]=<>!~,").find(c) != std::string_view::npos)) {
+      return false;
+    }
+  }
+  return std::isalnum(static_cast<unsigned char>(spec.front()));
+}
 
 Result<void> validate_resources(const ResourceLimits& resources) {
   if (!(resources.cpus >= 0.01 && resources.cpus <= 1024)) {

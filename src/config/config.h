@@ -50,6 +50,14 @@ struct ArtifactLimits {
   uint64_t max_conversation_bytes = 2 * kGiB;  // everything one conversation keeps
 };
 
+// How long snapshots that no sandbox uses are kept (sandbox.snapshots; unused since the last
+// sandbox started from one or ended). Package snapshots are a cache that quarry makes and finds
+// by itself; named ones someone made on purpose, so by default they stay until removed.
+struct SnapshotConfig {
+  std::optional<Duration> keep_unused = std::chrono::days(7);  // package snapshots; unset: kept
+  std::optional<Duration> keep_unused_named;                   // unset: kept
+};
+
 struct SandboxConfig {
   std::string provider = "local";
   // The image's Python packages. The built-in set is pinned to versions whose APIs the code
@@ -73,6 +81,7 @@ struct SandboxConfig {
   NetworkPolicy network;
   uint64_t output_limit_bytes = kMiB;  // stdout and stderr kept per exec, each
   ArtifactLimits artifacts;
+  SnapshotConfig snapshots;
   LocalProviderConfig local;
 };
 
@@ -178,5 +187,9 @@ Result<Config> load_config(const std::optional<std::filesystem::path>& explicit_
 
 // Checks a resource request (from the CLI or an API) with the same rules as the config file.
 Result<void> validate_resources(const ResourceLimits& resources);
+
+// Whether `spec` is a plain Python requirement, as sandbox.packages takes them ("polars",
+// "polars==1.9.0", "polars[pyarrow]>=1"): no URL, path or option.
+bool valid_package_requirement(std::string_view spec);
 
 }  // namespace quarry

@@ -161,6 +161,7 @@ Result<std::unique_ptr<Turn>> ConversationManager::begin_turn(std::string_view c
   TurnContext context;
   context.conversation_id = conversation.id;
   context.owner = conversation.owner;
+  context.packages = conversation.packages;
   context.number = number;
   context.kind = kind;
   context.on_event = std::move(on_event);
@@ -285,6 +286,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
     return std::unexpected(recorded.error().with_context("reading the conversation's network"));
   }
   request.labels[std::string(kConversationLabel)] = conversation;
+  request.packages = turn.packages;
   request.cancel_fd = turn.cancel_fd;
   bool queued = false;
   request.on_queued = [&](const capacity::QueuePosition& place) {

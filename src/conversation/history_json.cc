@@ -33,7 +33,8 @@ nlohmann::json to_json(const Conversation& conversation) {
           {"turns", conversation.turns},
           {"created_at", format_time(conversation.created_at)},
           {"updated_at", format_time(conversation.updated_at)},
-          {"network", std::move(network)}};
+          {"network", std::move(network)},
+          {"packages", conversation.packages}};
 }
 
 nlohmann::json to_json(const TurnRecord& turn) {

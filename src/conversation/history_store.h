@@ -31,6 +31,8 @@ struct Conversation {
   // The network its sandboxes get when it asked for less than the server's (never more; the
   // API checks); none: the server's sandbox.network.
   std::optional<NetworkPolicy> network;
+  // Extra Python packages its sandboxes have (SandboxSpec::packages), asked for at its start.
+  std::vector<std::string> packages;
 };
 
 // Which conversations to list: newest activity first, optionally one owner's, a page at a time
@@ -164,7 +166,8 @@ class HistoryStore {
 
   virtual Result<Conversation> create_conversation(
       std::string_view title, std::string_view owner = kLocalUser,
-      const std::optional<NetworkPolicy>& network = std::nullopt) = 0;
+      const std::optional<NetworkPolicy>& network = std::nullopt,
+      const std::vector<std::string>& packages = {}) = 0;
   virtual Result<Conversation> conversation(std::string_view id) = 0;
   virtual Result<std::vector<Conversation>> conversations(const ConversationQuery& query = {}) = 0;
   // Sets the title if it is still empty (a conversation is named by its first question).

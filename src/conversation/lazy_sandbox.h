@@ -26,6 +26,7 @@ using EventSink = std::function<void(const Event&)>;
 struct TurnContext {
   std::string conversation_id;
   std::string owner;  // the conversation's user: sandboxes are shared fairly between users
+  std::vector<std::string> packages;  // the conversation's extra Python packages
   int number = 0;
   TurnKind kind = TurnKind::kAsk;
   SandboxReference reference;

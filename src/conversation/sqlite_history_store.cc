@@ -22,7 +22,7 @@ namespace {
 constexpr int kApplicationId = 0x71727279;
 
 // Migration N takes the schema from version N-1 to N. Append only; never edit a shipped one.
-constexpr std::array<std::string_view, 4> kMigrations = {R"sql(
+constexpr std::array<std::string_view, 5> kMigrations = {R"sql(
 CREATE TABLE conversations (
   id TEXT PRIMARY KEY,
   title TEXT NOT NULL,
@@ -135,6 +135,10 @@ ALTER TABLE execs ADD COLUMN denied_connections INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE execs ADD COLUMN denials TEXT NOT NULL DEFAULT '[]';
 -- NULL: the server's sandbox.network; 'none'; or the allowed domains, separated by spaces.
 ALTER TABLE conversations ADD COLUMN network TEXT;
+)sql",
+                                                         R"sql(
+-- Version 5: the extra Python packages a conversation's sandboxes have.
+ALTER TABLE conversations ADD COLUMN packages TEXT NOT NULL DEFAULT '[]';
 )sql"};
 
 static_assert(kMigrations.size() == SqliteHistoryStore::kSchemaVersion,
@@ -262,7 +266,7 @@ std::string json_text(const nlohmann::json& value) {
 
 // A conversation is these columns, in this order, of conversations.
 constexpr std::string_view kConversationColumns =
-    "id, title, turns, created_at, updated_at, owner, network";
+    "id, title, turns, created_at, updated_at, owner, network, packages";
 
 // A conversation's network as its column holds it: 'none', or the domains separated by spaces
 // (an entry never has one).
@@ -290,8 +294,12 @@ Conversation conversation_from(const Statement& row) {
                             from_unix_ms(row.integer(3)),
                             from_unix_ms(row.integer(4)),
                             row.text(5),
-                            std::nullopt};
+                            std::nullopt,
+                            {}};
   if (!row.is_null(6)) conversation.network = network_from(row.text(6));
+  for (const auto& package : json_from(row, 7)) {
+    if (package.is_string()) conversation.packages.push_back(package.get<std::string>());
+  }
   return conversation;
 }
 
@@ -601,18 +609,20 @@ Result<std::unique_ptr<TurnLock>> SqliteHistoryStore::try_lock_turn(
 }
 
 Result<Conversation> SqliteHistoryStore::create_conversation(
-    std::string_view title, std::string_view owner, const std::optional<NetworkPolicy>& network) {
+    std::string_view title, std::string_view owner, const std::optional<NetworkPolicy>& network,
+    const std::vector<std::string>& packages) {
   std::lock_guard lock(mutex_);
-  Conversation conversation{random_id(),  std::string(title), 0,      clock_.now(),
-                            clock_.now(), std::string(owner), network};
+  Conversation conversation{random_id(),  std::string(title), 0,       clock_.now(),
+                            clock_.now(), std::string(owner), network, packages};
   Statement insert(db_,
                    "INSERT INTO conversations (id, title, turns, created_at, updated_at, owner, "
-                   "network) VALUES (?, ?, 0, ?, ?, ?, ?)");
+                   "network, packages) VALUES (?, ?, 0, ?, ?, ?, ?, ?)");
   insert.bind(1, conversation.id)
       .bind(2, conversation.title)
       .bind(3, to_unix_ms(conversation.created_at))
       .bind(4, to_unix_ms(conversation.updated_at))
-      .bind(5, conversation.owner);
+      .bind(5, conversation.owner)
+      .bind(7, json_text(conversation.packages));
   if (network) {
     insert.bind(6, network_text(*network));
   } else {

@@ -16,7 +16,7 @@ namespace quarry::conversation {
 class SqliteHistoryStore final : public HistoryStore {
  public:
   // The schema version this build writes; older databases are migrated on open.
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   static Result<std::unique_ptr<SqliteHistoryStore>> open(const std::filesystem::path& path,
                                                           const Clock& clock);
@@ -25,7 +25,8 @@ class SqliteHistoryStore final : public HistoryStore {
   Result<std::unique_ptr<TurnLock>> try_lock_turn(std::string_view conversation_id) override;
   Result<Conversation> create_conversation(
       std::string_view title, std::string_view owner = kLocalUser,
-      const std::optional<NetworkPolicy>& network = std::nullopt) override;
+      const std::optional<NetworkPolicy>& network = std::nullopt,
+      const std::vector<std::string>& packages = {}) override;
   Result<Conversation> conversation(std::string_view id) override;
   Result<std::vector<Conversation>> conversations(const ConversationQuery& query = {}) override;
   Result<void> name_conversation(std::string_view id, std::string_view title) override;

@@ -24,9 +24,16 @@ struct SandboxSpec {
   Labels labels;
   ResourceLimits resources;
   NetworkPolicy network;
+  // The provider's snapshot to start from, by name, instead of the bare image ("" for none).
+  std::string snapshot;
+  // Extra Python packages (pip requirements: "tabulate", "tabulate==0.9.0"), installed when the
+  // sandbox is created, on top of the image (and the snapshot). A provider with snapshots keeps
+  // the result, so the next sandbox that asks for the same set starts with them installed.
+  std::vector<std::string> packages;
 };
 
-// What `prepare` makes ready before a sandbox is handed out.
+// What `prepare` makes ready before a sandbox is handed out. (Packages are part of what a
+// sandbox is made from, so they are in SandboxSpec: a provider picks its layers at create.)
 struct PrepareSpec {
   std::vector<std::string> directories;  // created with parents, owned by the sandbox user
 };
@@ -40,6 +47,8 @@ struct SandboxInfo {
   SandboxState state = SandboxState::kRunning;
   std::chrono::system_clock::time_point created_at;
   NetworkPolicy network;
+  std::string snapshot;               // what it started from ("" for the bare image)
+  std::vector<std::string> packages;  // the extra packages asked for
 };
 
 enum class OutputStream { kStdout, kStderr };
@@ -158,9 +167,9 @@ class SandboxProvider {
                       "this sandbox provider does not say what its sandboxes run");
   }
 
-  // Creates and starts a sandbox; returns once it accepts exec.
+  // Creates and starts a sandbox; returns once it accepts exec, with spec.packages installed.
   virtual Result<SandboxInfo> create(const SandboxSpec& spec) = 0;
-  // Makes working directories (and later packages, files) ready inside a running sandbox.
+  // Makes working directories (and later files) ready inside a running sandbox.
   virtual Result<void> prepare(std::string_view id, const PrepareSpec& spec) = 0;
   virtual Result<ExecResult> exec(std::string_view id, const ExecRequest& request) = 0;
   // Starts `request` (its timeout and output fields unused) as a Process. kFailedPrecondition

@@ -6,6 +6,7 @@
 
 #include "agent/artifacts.h"
 #include "config/allowlist.h"
+#include "config/config.h"
 #include "conversation/history_json.h"
 #include "conversation/lifecycle.h"
 #include "data/connection.h"
@@ -531,7 +532,7 @@ ApiResult<NetworkPolicy> narrowed_network(const nlohmann::json& body, const Netw
 }  // namespace
 
 ApiResult<ApiReply> Api::create_conversation(const ApiRequest& request) {
-  auto body = JsonBody::parse(request.body, request.content_type, {"title", "network"});
+  auto body = JsonBody::parse(request.body, request.content_type, {"title", "network", "packages"});
   if (!body) return std::unexpected(body.error());
   auto title = body->optional_string("title", 200);
   if (!title) return std::unexpected(title.error());
@@ -543,8 +544,20 @@ ApiResult<ApiReply> Api::create_conversation(const ApiRequest& request) {
     if (!narrowed) return std::unexpected(narrowed.error());
     network = std::move(*narrowed);
   }
-  auto created =
-      services_.history.create_conversation(title->value_or(""), request.identity.user, network);
+  // Installed into each sandbox of the conversation (resolved and installed once per set, then
+  // started from its snapshot).
+  auto packages = body->string_list("packages", 32, 200);
+  if (!packages) return std::unexpected(packages.error());
+  for (size_t index = 0; index < packages->size(); ++index) {
+    if (!valid_package_requirement((*packages)[index])) {
+      return api_error(400, "invalid_field",
+                       "'packages[{}]': '{}' is not a package requirement (e.g. tabulate or "
+                       "tabulate==0.9.0)",
+                       index, (*packages)[index]);
+    }
+  }
+  auto created = services_.history.create_conversation(title->value_or(""), request.identity.user,
+                                                       network, *packages);
   if (!created) return std::unexpected(from_error(created.error()));
   JsonReply reply = json(conversation::to_json(*created), 201);
   reply.headers.emplace_back("Location", fmt::format("/api/v1/conversations/{}", created->id));

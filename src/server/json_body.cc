@@ -65,6 +65,35 @@ ApiResult<std::optional<nlohmann::json>> JsonBody::optional_object(std::string_v
   return *value;
 }
 
+ApiResult<std::vector<std::string>> JsonBody::string_list(std::string_view name, size_t max_items,
+                                                          size_t max_bytes) const {
+  auto value = object_.find(name);
+  if (value == object_.end() || value->is_null()) return std::vector<std::string>{};
+  if (!value->is_array()) {
+    return api_error(400, "invalid_field", "'{}' must be a list of strings, not {}", name,
+                     value->type_name());
+  }
+  if (value->size() > max_items) {
+    return api_error(400, "invalid_field", "'{}' has {} items; at most {} are allowed", name,
+                     value->size(), max_items);
+  }
+  std::vector<std::string> items;
+  for (size_t index = 0; index < value->size(); ++index) {
+    const auto& item = (*value)[index];
+    if (!item.is_string()) {
+      return api_error(400, "invalid_field", "'{}[{}]' must be a string, not {}", name, index,
+                       item.type_name());
+    }
+    const auto& text = item.get_ref<const std::string&>();
+    if (text.size() > max_bytes) {
+      return api_error(400, "invalid_field", "'{}[{}]' is {} bytes; at most {} are allowed", name,
+                       index, text.size(), max_bytes);
+    }
+    items.push_back(text);
+  }
+  return items;
+}
+
 ApiResult<std::string> JsonBody::string(std::string_view name, size_t max_bytes) const {
   auto value = optional_string(name, max_bytes);
   if (!value) return std::unexpected(value.error());

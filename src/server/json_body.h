@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/api_error.h"
 
@@ -25,6 +26,9 @@ class JsonBody {
                                                         size_t max_bytes = 1 << 20) const;
   // An object field as it is (absent or null: nullopt), for the caller to read.
   ApiResult<std::optional<nlohmann::json>> optional_object(std::string_view name) const;
+  // A list of strings (empty when absent): at most `max_items`, each of at most `max_bytes`.
+  ApiResult<std::vector<std::string>> string_list(std::string_view name, size_t max_items,
+                                                  size_t max_bytes) const;
 
  private:
   explicit JsonBody(nlohmann::json object) : object_(std::move(object)) {}

@@ -125,6 +125,13 @@ TEST(BadRequests, EachGetsAClearErrorAndNothingStoredChanges) {
       {"a broken %-escape", "GET", "/api/v1/conversations?cursor=%zz", "", "", 400,
        "invalid_parameter", "%-escape"},
       {"nothing to cancel", "POST", conversation + "/cancel", "", "", 409, "no_turn_running", ""},
+      {"packages not a list", "POST", "/api/v1/conversations", R"({"packages": "tabulate"})", json,
+       400, "invalid_field", "'packages' must be a list of strings, not string"},
+      {"a package that is a URL", "POST", "/api/v1/conversations",
+       R"({"packages": ["tabulate", "https://example.invalid/x.whl"]})", json, 400, "invalid_field",
+       "'packages[1]': 'https://example.invalid/x.whl' is not a package"},
+      {"a package that is no string", "POST", "/api/v1/conversations", R"({"packages": [1]})", json,
+       400, "invalid_field", "'packages[0]' must be a string, not number"},
   };
   for (const auto& refusal : refusals) {
     SCOPED_TRACE(refusal.what);
@@ -150,6 +157,13 @@ TEST(BadRequests, EachGetsAClearErrorAndNothingStoredChanges) {
   // Everything is as it was.
   EXPECT_EQ(api.get("/api/v1/conversations").json, before_list);
   EXPECT_EQ(api.get("/api/v1/conversations/" + id).json, before);
+
+  // Packages that are requirements are taken, and shown with the conversation.
+  auto with_packages = api.send("POST", "/api/v1/conversations",
+                                R"({"packages": ["tabulate==0.9.0"]})", {{"Content-Type", json}});
+  EXPECT_EQ(with_packages.status, 201) << with_packages.body;
+  EXPECT_EQ(with_packages.json["packages"], nlohmann::json::array({"tabulate==0.9.0"}));
+  EXPECT_EQ(before.value("packages", nlohmann::json()), nlohmann::json::array()) << before;
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 

@@ -219,6 +219,77 @@ TEST(Cli, BadInputGetsAClearError) {
   EXPECT_NE(unknown.err.find("no sandbox 'ffffffffffff'"), std::string::npos);
 }
 
+// The snapshot commands as a user runs them: freeze a prepared sandbox, start another from it,
+// list, and remove once nothing uses it.
+TEST(Cli, SnapshotCreateLsRmAndStartingFromOne) {
+  CliSandbox source;
+  auto prepared =
+      quarry({"sandbox", "exec", source.id(), "--", "sh", "-c", "echo 1,2 > data/input.csv"});
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+  auto made = quarry({"snapshot", "create", source.id(), "cli-prepared"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_EQ(made.out, "cli-prepared\n");
+  EXPECT_TRUE(made.err.starts_with("snapshot cli-prepared: ")) << made.err;
+  EXPECT_NE(made.err.find(fmt::format(" from sandbox {}", source.id())), std::string::npos)
+      << made.err;
+
+  {
+    CliSandbox started({"--snapshot", "cli-prepared"});
+    auto read = quarry({"sandbox", "exec", started.id(), "--", "cat", "data/input.csv"});
+    EXPECT_EQ(read.exit_code, 0) << read.err;
+    EXPECT_EQ(read.out, "1,2\n");
+
+    auto listed = quarry({"snapshot", "ls", "--json"});
+    ASSERT_EQ(listed.exit_code, 0) << listed.err;
+    auto json = nlohmann::json::parse(listed.out);
+    auto it = std::find_if(json.begin(), json.end(),
+                           [](const auto& entry) { return entry["name"] == "cli-prepared"; });
+    ASSERT_NE(it, json.end()) << listed.out;
+    EXPECT_EQ((*it)["kind"], "named");
+    EXPECT_EQ((*it)["sandbox"], source.id());
+    EXPECT_EQ((*it)["used_by"]["sandboxes"], nlohmann::json::array({started.id()}));
+    EXPECT_GT((*it)["size_bytes"].get<uint64_t>(), 0u);
+    auto sandboxes = quarry({"sandbox", "ls", "--json"});
+    ASSERT_EQ(sandboxes.exit_code, 0) << sandboxes.err;
+    for (const auto& entry : nlohmann::json::parse(sandboxes.out)) {
+      if (entry["id"] == started.id()) {
+        EXPECT_EQ(entry["snapshot"], "cli-prepared");
+      } else if (entry["id"] == source.id()) {
+        EXPECT_TRUE(entry["snapshot"].is_null());
+      }
+    }
+    auto table = quarry({"snapshot", "ls"});
+    EXPECT_NE(table.out.find("cli-prepared"), std::string::npos) << table.out;
+    EXPECT_NE(table.out.find(fmt::format("sandbox {}", source.id())), std::string::npos);
+
+    auto refused = quarry({"snapshot", "rm", "cli-prepared"});
+    EXPECT_EQ(refused.exit_code, 1);
+    EXPECT_NE(refused.err.find(fmt::format("in use by sandbox {0}; remove it first: quarry "
+                                           "sandbox rm {0}",
+                                           started.id())),
+              std::string::npos)
+        << refused.err;
+  }
+  auto removed = quarry({"snapshot", "rm", "cli-prepared"});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_EQ(removed.out, "cli-prepared\n");
+
+  auto unknown = quarry({"sandbox", "create", "--snapshot", "cli-prepared"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("no snapshot 'cli-prepared' (see quarry snapshot ls)"),
+            std::string::npos)
+      << unknown.err;
+  auto bad_name = quarry({"snapshot", "create", source.id(), "Not/A Name"});
+  EXPECT_EQ(bad_name.exit_code, 1);
+  EXPECT_NE(bad_name.err.find("'Not/A Name' is not a snapshot name"), std::string::npos);
+  auto bad_package = quarry({"sandbox", "create", "--package", "git+https://example.invalid/x"});
+  EXPECT_EQ(bad_package.exit_code, 1);
+  EXPECT_NE(bad_package.err.find("is not a package requirement"), std::string::npos)
+      << bad_package.err;
+  auto gc = quarry({"snapshot", "gc"});
+  EXPECT_EQ(gc.exit_code, 0) << gc.err;
+}
+
 }  // namespace
 }  // namespace quarry::testing
 

@@ -10,6 +10,7 @@
 
 #include "common/command.h"
 #include "common/file_util.h"
+#include "probe_wheel.h"
 #include "sandbox/local/python_lock.h"
 #include "sandbox_environment.h"
 
@@ -17,27 +18,6 @@ extern char** environ;
 
 namespace quarry::testing {
 namespace {
-
-// Writes quarry_probe-VERSION-py3-none-any.whl, a pure-Python package, into `dir`.
-constexpr const char* kMakeWheel = R"(
-import base64, hashlib, os, sys, zipfile
-directory, version = sys.argv[1], sys.argv[2]
-info = f"quarry_probe-{version}.dist-info"
-files = {
-    "quarry_probe/__init__.py": f"__version__ = {version!r}\n",
-    f"{info}/METADATA": f"Metadata-Version: 2.1\nName: quarry-probe\nVersion: {version}\n",
-    f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: quarry-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = []
-for name, text in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-    record.append(f"{name},sha256={digest},{len(text.encode())}")
-record.append(f"{info}/RECORD,,")
-files[f"{info}/RECORD"] = "\n".join(record) + "\n"
-with zipfile.ZipFile(os.path.join(directory, f"quarry_probe-{version}-py3-none-any.whl"), "w") as wheel:
-    for name, text in files.items():
-        wheel.writestr(zipfile.ZipInfo(name, (2024, 1, 1, 0, 0, 0)), text)
-)";
 
 class ImageLock : public ::testing::Test {
  protected:
@@ -59,8 +39,7 @@ class ImageLock : public ::testing::Test {
   }
 
   void add_wheel(std::string_view version) {
-    auto made =
-        run_command({"python3", "-c", kMakeWheel, (dir_ / "index").string(), std::string(version)});
+    auto made = make_probe_wheel(dir_ / "index", version);
     ASSERT_TRUE(made) << made.error().message;
   }
 

@@ -146,5 +146,12 @@ TEST(Guidance, NamesThePythonAndLibraryVersionsOfTheImage) {
   EXPECT_EQ(prompt.find("Python packages available"), std::string::npos);
 }
 
+TEST(Guidance, NamesAConversationsExtraPackages) {
+  EXPECT_EQ(extra_packages_text({}), "");
+  const auto text = extra_packages_text({"tabulate==0.9.0", "quarry-probe"});
+  EXPECT_NE(text.find("also has tabulate==0.9.0, quarry-probe installed"), std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace quarry::agent

@@ -23,6 +23,8 @@ TEST(Config, EmptyTextGivesDefaults) {
   EXPECT_EQ(config->sandbox.idle_timeout, std::chrono::minutes(15));
   EXPECT_EQ(config->sandbox.network.mode, NetworkMode::kNone);
   EXPECT_EQ(config->sandbox.packages.size(), 7u);
+  EXPECT_EQ(config->sandbox.snapshots.keep_unused, std::chrono::days(7));
+  EXPECT_FALSE(config->sandbox.snapshots.keep_unused_named) << "named snapshots are kept";
   EXPECT_EQ(config->database.url, "");
   EXPECT_EQ(config->database.port, 55432);
   EXPECT_EQ(config->database.query_max_rows, 200u);
@@ -46,6 +48,9 @@ TEST(Config, TheReadmesExampleIsAcceptedAndHoldsTheDefaults) {
   ASSERT_TRUE(defaults);
   EXPECT_EQ(example->sandbox.resources.memory_bytes, defaults->sandbox.resources.memory_bytes);
   EXPECT_EQ(example->sandbox.exec_timeout, defaults->sandbox.exec_timeout);
+  EXPECT_EQ(example->sandbox.snapshots.keep_unused, defaults->sandbox.snapshots.keep_unused);
+  EXPECT_EQ(example->sandbox.snapshots.keep_unused_named,
+            defaults->sandbox.snapshots.keep_unused_named);
   EXPECT_EQ(example->sandbox.local.disk_io.read_bytes, defaults->sandbox.local.disk_io.read_bytes);
   EXPECT_EQ(example->sandbox.local.disk_io.write_bytes,
             defaults->sandbox.local.disk_io.write_bytes);
@@ -163,6 +168,14 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"zero timeout", "sandbox:\n  exec_timeout: 0s\n",
        "sandbox.exec_timeout: must be longer than zero"},
       {"bad duration", "sandbox:\n  idle_timeout: a while\n", "sandbox.idle_timeout:"},
+      {"snapshots key", "sandbox:\n  snapshots: {keep: 1d}\n",
+       "config.yml:2: sandbox.snapshots.keep: unknown key (known keys here: keep_unused, "
+       "keep_unused_named)"},
+      {"snapshots duration", "sandbox:\n  snapshots:\n    keep_unused: forever\n",
+       "config.yml:3: sandbox.snapshots.keep_unused: 'forever' is not a duration"},
+      {"snapshots negative", "sandbox:\n  snapshots: {keep_unused_named: -1d}\n",
+       "sandbox.snapshots.keep_unused_named: '-1d' is not a duration: it must not be negative; "
+       "or never, to keep them"},
       {"bad network mode", "sandbox:\n  network: {mode: open}\n",
        "'open' is not a network mode (use none or allowlist)"},
       {"allowlist without domains", "sandbox:\n  network: {mode: allowlist}\n",
@@ -235,6 +248,17 @@ TEST(Config, RejectsBadInputNamingTheKey) {
     EXPECT_NE(config.error().message.find(c.expected), std::string::npos)
         << "message was: " << config.error().message;
   }
+}
+
+TEST(Config, ReadsHowLongSnapshotsAreKept) {
+  auto config = parse_config(
+      "sandbox:\n  snapshots:\n    keep_unused: never\n    keep_unused_named: 30d\n", "config.yml");
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_FALSE(config->sandbox.snapshots.keep_unused);
+  EXPECT_EQ(config->sandbox.snapshots.keep_unused_named, std::chrono::days(30));
+  config = parse_config("sandbox:\n  snapshots: {keep_unused: 0s}\n", "config.yml");
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->sandbox.snapshots.keep_unused, std::chrono::seconds(0));
 }
 
 TEST(Config, ReadsConversationSettings) {

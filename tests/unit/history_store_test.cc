@@ -76,6 +76,23 @@ TEST_F(HistoryStoreTest, KeepsAConversationInOrder) {
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].turns, 2);
   EXPECT_EQ((*listed)[0].title, "peak views");
+  EXPECT_TRUE((*listed)[0].packages.empty());
+}
+
+TEST_F(HistoryStoreTest, AConversationKeepsTheExtraPackagesItStartedWith) {
+  auto store = open();
+  const std::vector<std::string> packages = {"tabulate==0.9.0", "quarry-probe"};
+  auto created = store->create_conversation("with packages", "ann", std::nullopt, packages);
+  ASSERT_TRUE(created) << created.error().message;
+  EXPECT_EQ(created->packages, packages);
+  store.reset();
+  store = open();
+  auto read = store->conversation(created->id);
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->packages, packages);
+  auto listed = store->conversations();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].packages, packages);
 }
 
 TEST_F(HistoryStoreTest, KeepsExecMetricsArtifactsAndReferencesAcrossReopen) {
@@ -430,6 +447,7 @@ TEST_F(HistoryStoreV2Test, AVersionOneHistoryIsMigratedWithItsTurns) {
   ASSERT_TRUE(store);
   auto conversation = *store->conversation("c1");
   EXPECT_EQ(conversation.owner, "local");
+  EXPECT_TRUE(conversation.packages.empty());
   auto turns = *store->turns("c1");
   ASSERT_EQ(turns.size(), 2u);
   EXPECT_EQ(turns[1].number, 2);

@@ -136,7 +136,20 @@ TEST(Protocol, SetupSurvivesTheTrip) {
   EXPECT_EQ(back->directories, setup.directories);
   EXPECT_EQ(back->seccomp_filter, setup.seccomp_filter);
   EXPECT_EQ(back->host_id_base, setup.host_id_base);
+  EXPECT_TRUE(back->frozen_dirs.empty());
   EXPECT_FALSE(setup_from_json({{"type", "setup"}}));
+
+  // A sandbox started from a snapshot has its frozen layers above the image, top first.
+  setup.frozen_dirs = {"/state/sandboxes/snapshots/b/layer/upper",
+                       "/state/sandboxes/snapshots/a/layer/upper"};
+  back = setup_from_json(to_json(setup));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->frozen_dirs, setup.frozen_dirs);
+  auto body = to_json(setup);
+  body["frozen_dirs"] = std::vector<std::string>(kMaxFds, "/layer");
+  EXPECT_FALSE(setup_from_json(body)) << "more layers than descriptors a message can carry";
+  body["frozen_dirs"] = "/layer";
+  EXPECT_FALSE(setup_from_json(body));
 }
 
 // Found with fuzz/protocol_fuzzer's harness: json's get<uint32_t>() converts a float out of
@@ -199,6 +212,14 @@ TEST(Protocol, ExecRequestsSurviveTheTripAndMalformedOnesAreRefused) {
   EXPECT_TRUE(back->has_stdin);
   EXPECT_FALSE(exec_request_from_json(
       json{{"type", "exec"}, {"argv", {"true"}}, {"env", json::array()}, {"stdin", "yes"}}));
+  // A package install of the host's runs as the sandbox's root; nothing else does.
+  EXPECT_FALSE(back->as_root);
+  request.as_root = true;
+  back = exec_request_from_json(to_json(request));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_TRUE(back->as_root);
+  EXPECT_FALSE(exec_request_from_json(
+      json{{"type", "exec"}, {"argv", {"true"}}, {"env", json::array()}, {"root", 1}}));
 
   for (const json& body : {
            json{{"type", "exec"}, {"argv", json::array()}, {"env", json::array()}},

@@ -175,7 +175,7 @@ TEST_F(WheelDirectory, FindsTheWheelWithTheLockedHash) {
   auto wheels = find_locked_wheels(*lock, dir_);
   EXPECT_TRUE(wheels.missing.empty());
   EXPECT_EQ(wheels.found["probe"], dir_ / "probe-1.0-py3-none-any.whl");
-  EXPECT_TRUE(check_wheels_found(wheels, "config.lock"));
+  EXPECT_TRUE(check_wheels_found(wheels, "config.lock", "run quarry image lock"));
 }
 
 TEST_F(WheelDirectory, AHashMismatchNamesThePackageAndWhatToDo) {
@@ -188,7 +188,7 @@ TEST_F(WheelDirectory, AHashMismatchNamesThePackageAndWhatToDo) {
   ASSERT_TRUE(lock) << lock.error().message;
   auto wheels = find_locked_wheels(*lock, dir_);
   ASSERT_EQ(wheels.missing.size(), 2u);
-  auto checked = check_wheels_found(wheels, "config.lock");
+  auto checked = check_wheels_found(wheels, "config.lock", "run quarry image lock");
   ASSERT_FALSE(checked);
   const auto& message = checked.error().message;
   EXPECT_NE(message.find(fmt::format("probe==1.0: the lock has sha256 {}, but the wheel is "

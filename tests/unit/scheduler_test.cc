@@ -33,6 +33,7 @@ class CountingProvider final : public sandbox::SandboxProvider {
     info.labels = spec.labels;
     info.network = spec.network;
     networks_[info.id] = spec.network;
+    packages_[info.id] = spec.packages;
     alive_.insert(info.id);
     existing_.insert(info.id);
     most_ = std::max(most_, existing_.size());
@@ -99,6 +100,11 @@ class CountingProvider final : public sandbox::SandboxProvider {
     std::lock_guard lock(mutex_);
     return destroyed_;
   }
+  // The extra packages sandbox `id` was created with.
+  std::vector<std::string> packages(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    return packages_[id];
+  }
   // Counts shared with other providers: sandboxes of every account at once.
   void share(std::atomic<int>* count, std::atomic<int>* most) {
     shared_ = count;
@@ -112,6 +118,7 @@ class CountingProvider final : public sandbox::SandboxProvider {
   std::set<std::string> alive_, existing_;
   std::map<std::string, NetworkPolicy> networks_;
   std::vector<std::string> destroyed_;
+  std::map<std::string, std::vector<std::string>> packages_;
   size_t most_ = 0;
   std::atomic<int>* shared_ = nullptr;
   std::atomic<int>* shared_most_ = nullptr;
@@ -433,6 +440,43 @@ TEST(Scheduler, TheWarmPoolRefillsAfterBeingDrainedAndNeverHandsOutADeadSandbox)
   EXPECT_GE(scheduler.shutdown(), 0);
   ASSERT_TRUE(scheduler.destroy(third->sandbox_id));
   EXPECT_EQ(provider.existing(), 0u) << "shutdown destroys the pool";
+}
+
+// The pool's sandboxes have no extra packages: a conversation that needs some gets a start of
+// its own, in the place of a warm one when that is the only room.
+TEST(Scheduler, ARequestForPackagesTakesAWarmSandboxsPlace) {
+  CountingProvider provider;
+  SchedulerOptions options = limits(2, 2);
+  options.warm_min_idle = 1;
+  Scheduler scheduler({{"local", &provider, 2}}, options);
+  scheduler.start_pool();
+  ASSERT_TRUE(eventually([&] { return scheduler.stats().warm == 1; }));
+
+  auto plain = scheduler.acquire(request("a"));
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_TRUE(plain->warm);
+  ASSERT_TRUE(eventually([&] { return scheduler.stats().warm == 1; }));
+  std::string refilled;
+  for (const auto& id : provider.ids()) {
+    if (id != plain->sandbox_id) refilled = id;
+  }
+
+  auto with_packages = request("b");
+  with_packages.packages = {"tabulate==0.9.0"};
+  auto granted = scheduler.acquire(with_packages);
+  ASSERT_TRUE(granted) << granted.error().message;
+  EXPECT_FALSE(granted->warm);
+  EXPECT_EQ(provider.packages(granted->sandbox_id), with_packages.packages);
+  EXPECT_TRUE(provider.packages(plain->sandbox_id).empty());
+  const auto destroyed = provider.destroyed();
+  EXPECT_NE(std::find(destroyed.begin(), destroyed.end(), refilled), destroyed.end())
+      << "the warm sandbox made room";
+  EXPECT_LE(provider.most(), 2u);
+  EXPECT_EQ(scheduler.stats().dead_warm, 0u) << "it was not dead";
+
+  EXPECT_GE(scheduler.shutdown(), 0);
+  ASSERT_TRUE(scheduler.destroy(plain->sandbox_id));
+  ASSERT_TRUE(scheduler.destroy(granted->sandbox_id));
 }
 
 TEST(Scheduler, NewTurnsAreRefusedWhenTheQueueIsFull) {

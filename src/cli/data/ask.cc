@@ -148,7 +148,17 @@ int DataRoom::ask(Context& context, const AskOptions& options) {
   std::string id = options.conversation_id;
   if (id.empty()) {
     // Named by its first question when the turn begins.
-    ASSIGN_OR_RETURN_CLI(auto created, history->create_conversation(""));
+    for (const auto& package : options.packages) {
+      if (!valid_package_requirement(package)) {
+        return report(Error{ErrorCode::kInvalidArgument,
+                            fmt::format("--package: '{}' is not a package requirement (e.g. "
+                                        "tabulate or tabulate==0.9.0)",
+                                        package)});
+      }
+    }
+    ASSIGN_OR_RETURN_CLI(
+        auto created,
+        history->create_conversation("", conversation::kLocalUser, std::nullopt, options.packages));
     id = created.id;
   }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -270,12 +271,21 @@ Result<void> remove_tree(const std::filesystem::path& directory) {
       RETURN_IF_ERROR(remove_tree(entry.path()));
     }
   }
-  // rmdir fails with EBUSY while exiting processes are still being released from the cgroup;
-  // that takes microseconds to a few milliseconds after SIGKILL.
+  // rmdir fails with EBUSY while exiting processes are still being released from the cgroup:
+  // microseconds to a few milliseconds after SIGKILL on a quiet host, seconds when a killed
+  // process waits in the filesystem (a btrfs commit with quotas, on a loaded host) before it
+  // can die. Waits up to 30 s, then says what is still in it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (int attempt = 0;; ++attempt) {
     if (::rmdir(directory.c_str()) == 0 || errno == ENOENT) return {};
-    if (errno != EBUSY || attempt >= 2000) return errno_error("rmdir '{}'", directory.string());
-    std::this_thread::sleep_for(std::chrono::microseconds(100 + 50 * std::min(attempt, 40)));
+    if (errno != EBUSY || std::chrono::steady_clock::now() > deadline) {
+      const int error_number = errno;
+      auto procs = read_procs(directory / "cgroup.procs");
+      return make_error(ErrorCode::kInternal, "rmdir '{}': {} (processes in it: {})",
+                        directory.string(), std::strerror(error_number),
+                        procs ? fmt::format("{}", fmt::join(*procs, " ")) : procs.error().message);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100 + 50 * std::min(attempt, 100)));
   }
 }
 

@@ -10,9 +10,13 @@
 #include "common/file_util.h"
 #include "common/sha256.h"
 #include "common/units.h"
+#include "sandbox/local/pip.h"
 
 namespace quarry::sandbox::local {
 namespace {
+
+// What to do when the index serves other files than an image's lock pins.
+constexpr std::string_view kRelockImage = "run quarry image lock to lock what it serves now";
 
 // What analysis code needs from Debian besides Python: time zone data for zoneinfo.
 const std::vector<std::string> kDebianPackages = {"python3", "python3-venv", "tzdata"};
@@ -88,20 +92,6 @@ Result<uint64_t> shift_owners(const std::filesystem::path& root, uint32_t id_bas
   return total;
 }
 
-// What the host's pip needs to fetch wheels for the image rather than for the host: the image's
-// Python and platform, wheels only.
-std::vector<std::string> pip_target(std::string_view python_version) {
-  std::vector<std::string> args = {"--only-binary=:all:", "--python-version",
-                                   std::string(python_version), "--implementation", "cp"};
-  // manylinux tags up to glibc 2.36 (Debian bookworm's); pip needs each one named.
-  args.insert(args.end(), {"--platform", "manylinux2014_x86_64", "--platform",
-                           "manylinux2010_x86_64", "--platform", "manylinux1_x86_64"});
-  for (int minor = 17; minor <= 36; ++minor) {
-    args.insert(args.end(), {"--platform", fmt::format("manylinux_2_{}_x86_64", minor)});
-  }
-  return args;
-}
-
 // The major.minor of the Python in a root filesystem.
 Result<std::string> python_version_in(const std::filesystem::path& rootfs, Progress& progress) {
   // -I -B: nothing from the environment, no bytecode written into the shared base.
@@ -115,33 +105,6 @@ Result<std::string> python_version_in(const std::filesystem::path& rootfs, Progr
   }
   return parts.back();
 }
-
-// Moves the wheels pip left in `from` into `to`.
-Result<void> move_wheels(const std::filesystem::path& from, const std::filesystem::path& to) {
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(from, error)) {
-    if (entry.path().extension() != ".whl") continue;
-    std::filesystem::rename(entry.path(), to / entry.path().filename(), error);
-    if (error) {
-      return make_error(ErrorCode::kInternal, "moving '{}' into '{}' failed: {}",
-                        entry.path().string(), to.string(), error.message());
-    }
-  }
-  if (error) {
-    return make_error(ErrorCode::kInternal, "listing '{}' failed: {}", from.string(),
-                      error.message());
-  }
-  return {};
-}
-
-// A directory removed when the scope ends, unless disarmed.
-struct ScopedTree {
-  std::filesystem::path path;
-  bool armed = true;
-  ~ScopedTree() {
-    if (armed) (void)remove_tree(path);
-  }
-};
 
 }  // namespace
 
@@ -398,14 +361,15 @@ Result<Image> ImageStore::build(const ImageDefinition& definition, bool force,
   }
   progress.step(fmt::format("{} locked Python packages ({} {})", definition.lock.packages.size(),
                             definition.lock_source, definition.lock.sha256().substr(0, 12)));
-  ASSIGN_OR_RETURN(auto wheels, fetch_locked_wheels(definition, progress));
+  ASSIGN_OR_RETURN(auto wheels, fetch_locked_wheels(definition.lock, definition.lock_source,
+                                                    kRelockImage, cache_dir_ / "wheels", progress));
 
   progress.step("copying the base system");
   auto work = cache_dir_ / "images" / fmt::format(".build-{}-{}", hash, ::getpid());
   RETURN_IF_ERROR(remove_tree(work));
   RETURN_IF_ERROR(make_directories(work, 0755));
   // Whatever fails below, leave no half-built image behind.
-  ScopedTree cleanup{work};
+  ScopedTree cleanup(work);
   auto rootfs = work / "rootfs";
   RETURN_IF_ERROR(run_command({"cp", "-a", base.string(), rootfs.string()}));
 
@@ -520,108 +484,20 @@ Result<Image> ImageStore::build(const ImageDefinition& definition, bool force,
     return make_error(ErrorCode::kInternal, "moving the image into '{}' failed: {}",
                       final_dir.string(), error.message());
   }
-  cleanup.armed = false;
+  cleanup.release();
   progress.finish(fmt::format("built image {} ({}, Python {}, from {} {})", hash,
                               format_size(size_bytes), python_version, definition.lock_source,
                               definition.lock.sha256().substr(0, 12)));
   return Image{hash, final_dir / "rootfs", std::move(manifest)};
 }
 
-Result<std::map<std::string, std::filesystem::path>> ImageStore::fetch_locked_wheels(
-    const ImageDefinition& definition, Progress& progress) const {
-  const auto& lock = definition.lock;
-  auto dir = cache_dir_ / "wheels";
-  RETURN_IF_ERROR(make_directories(dir, 0755));
-  auto wheels = find_locked_wheels(lock, dir);
-  if (!wheels.missing.empty()) {
-    // Only the missing ones, each by its pin and hashes: pip resolves nothing and refuses a
-    // file whose hash the lock does not list.
-    PythonLock missing = lock;
-    missing.packages = wheels.missing;
-    auto temp = dir / fmt::format(".download-{}", ::getpid());
-    RETURN_IF_ERROR(remove_tree(temp));
-    RETURN_IF_ERROR(make_directories(temp, 0755));
-    ScopedTree cleanup{temp};
-    RETURN_IF_ERROR(write_file_atomic(temp / "requirements.txt", missing.text(), 0644));
-    std::vector<std::string> download = {"python3",
-                                         "-m",
-                                         "pip",
-                                         "download",
-                                         "--quiet",
-                                         "--no-deps",
-                                         "--require-hashes",
-                                         "--dest",
-                                         temp.string(),
-                                         "-r",
-                                         (temp / "requirements.txt").string()};
-    auto target = pip_target(lock.python);
-    download.insert(download.end(), target.begin(), target.end());
-    CommandOptions options;
-    options.on_line = [&](std::string_view line) { progress.detail(line); };
-    auto downloaded = run_command(download, options);
-    if (!downloaded) {
-      return make_error(
-          downloaded.error().code,
-          "downloading the packages of {} that are not in {} failed: {}\nWhere pip says a "
-          "hash does not match, the package index serves another file than the one that was "
-          "locked: if it changed on purpose, run quarry image lock to lock what it serves now",
-          definition.lock_source, dir.string(), downloaded.error().message);
-    }
-    RETURN_IF_ERROR(move_wheels(temp, dir));
-    wheels = find_locked_wheels(lock, dir);
-  }
-  RETURN_IF_ERROR(check_wheels_found(wheels, definition.lock_source));
-  return wheels.found;
-}
-
 Result<PythonLock> ImageStore::lock(const ImageDefinition& definition, Progress& progress) const {
   ASSIGN_OR_RETURN(auto base, build_base(definition, progress));
-  PythonLock lock;
-  ASSIGN_OR_RETURN(lock.python, python_version_in(base, progress));
-  lock.requirements = definition.python_packages;
-  std::sort(lock.requirements.begin(), lock.requirements.end());
-  progress.step(fmt::format("resolving {} Python packages for Python {}", lock.requirements.size(),
-                            lock.python));
-  if (lock.requirements.empty()) return lock;
-  auto dir = cache_dir_ / "wheels";
-  RETURN_IF_ERROR(make_directories(dir, 0755));
-  // An empty directory of its own: what pip leaves in it is what it resolved.
-  auto temp = dir / fmt::format(".lock-{}", ::getpid());
-  RETURN_IF_ERROR(remove_tree(temp));
-  RETURN_IF_ERROR(make_directories(temp, 0755));
-  ScopedTree cleanup{temp};
-  std::vector<std::string> download = {"python3", "-m",     "pip",        "download",
-                                       "--quiet", "--dest", temp.string()};
-  auto target = pip_target(lock.python);
-  download.insert(download.end(), target.begin(), target.end());
-  download.insert(download.end(), lock.requirements.begin(), lock.requirements.end());
-  CommandOptions options;
-  options.on_line = [&](std::string_view line) { progress.detail(line); };
-  RETURN_IF_ERROR(with_context(run_command(download, options), "resolving the Python packages"));
-
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(temp, error)) {
-    const std::string filename = entry.path().filename().string();
-    auto wheel = parse_wheel_filename(filename);
-    if (!wheel) {
-      return make_error(ErrorCode::kInternal, "pip left '{}', which is no wheel, in '{}'", filename,
-                        temp.string());
-    }
-    if (lock.find(wheel->name)) {
-      return make_error(ErrorCode::kInternal, "pip chose two wheels of {} in '{}'", wheel->name,
-                        temp.string());
-    }
-    ASSIGN_OR_RETURN(auto content, read_file(entry.path()));
-    lock.packages.push_back({wheel->name, wheel->version, {sha256_hex(content)}});
-  }
-  if (error) {
-    return make_error(ErrorCode::kInternal, "listing '{}' failed: {}", temp.string(),
-                      error.message());
-  }
-  std::sort(lock.packages.begin(), lock.packages.end(),
-            [](const auto& a, const auto& b) { return a.name < b.name; });
-  RETURN_IF_ERROR(move_wheels(temp, dir));
-  return lock;
+  ASSIGN_OR_RETURN(std::string python, python_version_in(base, progress));
+  progress.step(fmt::format("resolving {} Python packages for Python {}",
+                            definition.python_packages.size(), python));
+  return resolve_requirements(definition.python_packages, python, {}, cache_dir_ / "wheels",
+                              progress);
 }
 
 }  // namespace quarry::sandbox::local

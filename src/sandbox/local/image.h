@@ -105,9 +105,6 @@ class ImageStore {
   std::filesystem::path image_dir(std::string_view hash) const;
   Result<std::filesystem::path> build_base(const ImageDefinition& definition,
                                            Progress& progress) const;
-  // The wheels of every locked package, from <cache>/wheels or downloaded there.
-  Result<std::map<std::string, std::filesystem::path>> fetch_locked_wheels(
-      const ImageDefinition& definition, Progress& progress) const;
 
   std::filesystem::path cache_dir_;
 };

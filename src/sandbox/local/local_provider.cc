@@ -14,12 +14,15 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "common/command.h"
 #include "common/file_util.h"
+#include "common/progress.h"
 #include "common/random_id.h"
 #include "common/unix_socket.h"
 #include "config/allowlist.h"
@@ -27,6 +30,7 @@
 #include "sandbox/local/idmap.h"
 #include "sandbox/local/local_process.h"
 #include "sandbox/local/network_proxy.h"
+#include "sandbox/local/packages.h"
 #include "sandbox/local/protocol.h"
 #include "sandbox/local/seccomp_program.h"
 #include "sandbox/local/spawn.h"
@@ -53,6 +57,9 @@ CgroupLimits sandbox_cgroup_limits(const ResourceLimits& resources, const Sandbo
 }
 
 constexpr auto kSetupTimeout = std::chrono::seconds(10);
+
+static_assert(kMaxFrozenLayers + 1 <= protocol::kMaxFds,
+              "the setup message carries a tree for each frozen layer and the image");
 
 double milliseconds_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -86,7 +93,8 @@ Result<UniqueFd> connect_to(const std::filesystem::path& socket_path) {
 SandboxInfo info_of(const SandboxRecord& record, bool alive) {
   return SandboxInfo{record.id,         record.labels,
                      record.resources,  alive ? SandboxState::kRunning : SandboxState::kStopped,
-                     record.created_at, record.network};
+                     record.created_at, record.network,
+                     record.snapshot,   record.packages};
 }
 
 // The policy as the proxy takes it: canonical entries, at least one for an allowlist.
@@ -201,6 +209,7 @@ LocalProvider::LocalProvider(SandboxConfig config, LocalProviderOptions options,
     : config_(std::move(config)),
       options_(std::move(options)),
       state_(options_.state_dir),
+      snapshots_(options_.state_dir / "sandboxes"),
       images_(options_.cache_dir),
       cgroups_(std::move(cgroups)) {}
 
@@ -333,16 +342,67 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   ASSIGN_OR_RETURN(auto definition, default_image_definition(config_));
   ASSIGN_OR_RETURN(auto image, images_.find(definition));
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+  collect_snapshots_now_and_then();
+  ASSIGN_OR_RETURN(Layers layers, starting_layers(spec, image));
   ASSIGN_OR_RETURN(auto admission, admit(*volume, spec.resources));
+  Result<SandboxInfo> started;
   for (int attempt = 0;; ++attempt) {
-    auto started = start(spec, image, *volume, *admission);
-    if (started || started.error().code != ErrorCode::kAborted || attempt >= 8) return started;
+    started = start(spec, image, layers, *volume, *admission);
+    if (started || started.error().code != ErrorCode::kAborted || attempt >= 8) break;
     spdlog::debug("{}; starting again with other ids", started.error().message);
   }
+  if (started && !layers.chain.empty()) {
+    snapshots_.touch(layers.chain.front(), std::chrono::system_clock::now());
+  }
+  // The sandbox's record names its snapshot now (or there is no sandbox): it is safe to delete
+  // unused ones again.
+  layers.lock.reset();
+  if (!started) return started;
+  if (!layers.packages.empty() && !layers.has_packages) {
+    if (auto installed = install_packages(started->id, definition, image, layers); !installed) {
+      (void)destroy(started->id);
+      return std::unexpected(installed.error().with_context(
+          fmt::format("installing {} into a new sandbox", fmt::join(layers.packages, " "))));
+    }
+  }
+  return started;
+}
+
+Result<LocalProvider::Layers> LocalProvider::starting_layers(const SandboxSpec& spec,
+                                                             const Image& image) {
+  Layers layers;
+  ASSIGN_OR_RETURN(layers.packages, canonical_requirements(spec.packages));
+  layers.base = spec.snapshot;
+  if (layers.base.empty() && layers.packages.empty()) return layers;
+  ASSIGN_OR_RETURN(layers.lock, snapshots_.lock(/*exclusive=*/false));
+  if (!layers.base.empty()) {
+    ASSIGN_OR_RETURN(layers.chain, snapshots_.chain(layers.base));
+    const SnapshotRecord& base = layers.chain.front();
+    if (base.image != image.hash) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "snapshot '{}' was made on image {}, but this configuration's image is {} "
+                        "(its packages or their lock changed since): start from a snapshot of "
+                        "the current image (quarry snapshot ls shows each one's), or use the "
+                        "configuration the snapshot was made with",
+                        base.name, base.image, image.hash);
+    }
+  }
+  if (!layers.packages.empty()) {
+    layers.package_snapshot = package_snapshot_name(
+        image.hash, layers.chain.empty() ? "" : layers.chain.front().id, layers.packages);
+    if (auto found = snapshots_.chain(layers.package_snapshot)) {
+      layers.chain = std::move(*found);
+      layers.has_packages = true;
+    } else if (found.error().code != ErrorCode::kNotFound) {
+      spdlog::warn("{}; installing the packages again", found.error().message);
+    }
+  }
+  return layers;
 }
 
 Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& image,
-                                         const SandboxVolume& volume, Admission& admission) {
+                                         const Layers& layers, const SandboxVolume& volume,
+                                         Admission& admission) {
   // The sandbox's subvolume holds everything it has on disk, so it is made first; a random id
   // that is already taken is simply drawn again.
   // It gets a host id range of its own, so no two sandboxes share a host uid.
@@ -366,6 +426,8 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
   // Whether a host process runs with ids of the range (a scan of /proc) and the image as the
   // range sees it (an idmapped mount) are found on another thread meanwhile: they take about
   // as long as the cgroups and init that are made here.
+  // A snapshot's frozen layers have the ids of the sandbox each was frozen from; their trees are
+  // made on a thread of their own, beside the image's.
   struct IdRange {
     bool in_use = false;
     Result<UniqueFd> image_tree;
@@ -374,12 +436,25 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
     return IdRange{host_ids_in_use(id_base, kSandboxIdCount),
                    idmapped_tree(image.rootfs, kSandboxIdBase, id_base, kSandboxIdCount)};
   });
+  std::future<std::vector<Result<UniqueFd>>> frozen_trees;
+  if (!layers.chain.empty()) {
+    frozen_trees = std::async(std::launch::async, [this, &layers, id_base] {
+      std::vector<Result<UniqueFd>> trees;
+      for (const auto& layer : layers.chain) {
+        trees.push_back(
+            idmapped_tree(snapshots_.upper(layer.name), layer.id_base, id_base, kSandboxIdCount));
+      }
+      return trees;
+    });
+  }
 
   SandboxRecord record;
   record.id = id;
   record.labels = spec.labels;
   record.resources = spec.resources;
   record.image = image.hash;
+  record.snapshot = layers.chain.empty() ? "" : layers.chain.front().name;
+  record.packages = layers.packages;
   record.created_at = std::chrono::system_clock::now();
   record.qgroup = directory->qgroup;
   record.id_base = id_base;
@@ -422,6 +497,8 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
   protocol::Setup setup;
   setup.root_dir = root_dir.string();
   setup.lower_dir = image.rootfs.string();
+  for (const auto& layer : layers.chain)
+    setup.frozen_dirs.push_back(snapshots_.upper(layer.name).string());
   setup.upper_dir = directory->upper.string();
   setup.work_dir = directory->work.string();
   setup.control_socket = state_.control_socket(id).string();
@@ -437,17 +514,23 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
   setup.cgroup_mounts = cgroups_->sandbox_mounts();
   const std::string starting =
       fmt::format("starting sandbox {} (see {})", id, (sandbox_dir / "init.log").string());
-  // The image as this sandbox's ids see it: init attaches the tree as its overlay's lower layer.
-  auto [ids_in_use, tree] = id_range.get();
+  // The image and the frozen layers as this sandbox's ids see them: init attaches the trees as
+  // its overlay's lower layers.
+  auto [ids_in_use, image_tree] = id_range.get();
+  auto trees = frozen_trees.valid() ? frozen_trees.get() : std::vector<Result<UniqueFd>>{};
   if (ids_in_use) {
     return make_error(ErrorCode::kAborted, "a host process runs with ids {}..{}", id_base,
                       id_base + kSandboxIdCount - 1);
   }
-  ASSIGN_OR_RETURN(UniqueFd image_tree, std::move(tree));
-  const int tree_fd = image_tree.get();
-  RETURN_IF_ERROR(
-      protocol::send(init.channel.get(), protocol::to_json(setup), std::span(&tree_fd, 1)));
-  image_tree.reset();
+  trees.push_back(std::move(image_tree));
+  std::vector<UniqueFd> layer_trees;
+  std::vector<int> tree_fds;
+  for (auto& tree : trees) {
+    ASSIGN_OR_RETURN(layer_trees.emplace_back(), std::move(tree));
+    tree_fds.push_back(layer_trees.back().get());
+  }
+  RETURN_IF_ERROR(protocol::send(init.channel.get(), protocol::to_json(setup), tree_fds));
+  layer_trees.clear();
   RETURN_IF_ERROR(
       with_context(expect_within(init.channel.get(), "userns", kSetupTimeout), starting));
   // Inside ids 0..65535 are the sandbox's own host range; nothing maps to a real user.
@@ -528,7 +611,8 @@ std::vector<std::string> LocalProvider::environment(const ExecRequest& request,
 }
 
 Result<LocalProvider::Launched> LocalProvider::launch(std::string_view id,
-                                                      const ExecRequest& request, bool with_stdin) {
+                                                      const ExecRequest& request, bool with_stdin,
+                                                      bool as_root) {
   if (request.argv.empty() || request.argv[0].empty()) {
     return make_error(ErrorCode::kInvalidArgument, "no command given");
   }
@@ -590,7 +674,8 @@ Result<LocalProvider::Launched> LocalProvider::launch(std::string_view id,
       protocol::to_json(protocol::ExecRequest{.argv = request.argv,
                                               .env = environment(request, sandbox.record.network),
                                               .cwd = cwd,
-                                              .has_stdin = with_stdin}),
+                                              .has_stdin = with_stdin,
+                                              .as_root = as_root}),
       fds));
   // Only the command holds the write ends now, so EOF means it and its children are done.
   return launched;
@@ -613,8 +698,13 @@ Result<std::unique_ptr<Process>> LocalProvider::start(std::string_view id,
 }
 
 Result<ExecResult> LocalProvider::exec(std::string_view id, const ExecRequest& request) {
+  return execute(id, request, /*as_root=*/false);
+}
+
+Result<ExecResult> LocalProvider::execute(std::string_view id, const ExecRequest& request,
+                                          bool as_root) {
   const auto call_start = Clock::now();
-  ASSIGN_OR_RETURN(auto launched, launch(id, request, /*with_stdin=*/false));
+  ASSIGN_OR_RETURN(auto launched, launch(id, request, /*with_stdin=*/false, as_root));
   const std::string& exec_name = launched.exec;
   UniqueFd& connection = launched.connection;
   UniqueFd& stdout_read = launched.stdout_read;
@@ -790,6 +880,13 @@ Result<void> LocalProvider::destroy(std::string_view id) {
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
   RETURN_IF_ERROR(volume->remove(id, record ? record->qgroup : 0));
   if (record) state_.release_id_range(record->id_base);
+  // A snapshot is unused from when its last sandbox goes (sandbox.snapshots.keep_unused); under
+  // the shared lock, so as not to write into one being deleted.
+  if (record && !record->snapshot.empty()) {
+    if (auto lock = snapshots_.lock(/*exclusive=*/false)) {
+      snapshots_.touch(record->snapshot, std::chrono::system_clock::now());
+    }
+  }
   return {};
 }
 
@@ -814,6 +911,250 @@ Result<std::vector<SandboxInfo>> LocalProvider::find(const Labels& labels) {
     found.push_back(info_of(record, pidfd.has_value()));
   }
   return found;
+}
+
+namespace {
+
+// How long a package install may take inside the sandbox: pip unpacking and compiling a large
+// set (pyarrow alone is some 40 MB of wheel) on a throttled disk.
+constexpr auto kInstallTimeout = std::chrono::minutes(10);
+
+// How often create() looks for snapshots to delete, by any process (the store's "collected"
+// file's time).
+constexpr auto kCollectEvery = std::chrono::minutes(1);
+
+}  // namespace
+
+SnapshotUsers LocalProvider::users_of(std::string_view snapshot,
+                                      const std::vector<SandboxRecord>& sandboxes,
+                                      const std::vector<SnapshotRecord>& snapshots) const {
+  SnapshotUsers users;
+  for (const auto& sandbox : sandboxes) {
+    if (sandbox.snapshot == snapshot) users.sandboxes.push_back(sandbox.id);
+  }
+  for (const auto& other : snapshots) {
+    if (other.parent == snapshot) users.snapshots.push_back(other.name);
+  }
+  return users;
+}
+
+Result<SnapshotRecord> LocalProvider::freeze(const SandboxRecord& sandbox, std::string_view name,
+                                             std::vector<std::string> packages, std::string lock) {
+  ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+  ASSIGN_OR_RETURN(auto staging, snapshots_.stage());
+  const auto layer = staging.path() / "layer";
+  RETURN_IF_ERROR(volume->freeze(sandbox.id, layer));
+  auto made = [&]() -> Result<SnapshotRecord> {
+    if (const auto execs = cgroups_->execs(sandbox.id); !execs.empty()) {
+      return make_error(ErrorCode::kAborted,
+                        "a command started in sandbox {} while it was being frozen, and may have "
+                        "been writing; try again",
+                        sandbox.id);
+    }
+    SnapshotRecord record;
+    record.name = name;
+    record.id = random_id();
+    record.image = sandbox.image;
+    record.parent = sandbox.snapshot;
+    record.sandbox = sandbox.id;
+    record.packages = std::move(packages);
+    record.lock = std::move(lock);
+    record.id_base = sandbox.id_base;
+    // What the sandbox's subvolume held when it was frozen (the snapshot committed a
+    // transaction): nearly all of it is the layer. Walking the layer would visit every file.
+    auto held = volume->referenced_bytes(sandbox.qgroup);
+    if (!held) held = tree_bytes(layer / "upper");
+    ASSIGN_OR_RETURN(record.size_bytes, std::move(held));
+    record.created_at = record.last_used_at = std::chrono::system_clock::now();
+    RETURN_IF_ERROR(snapshots_.save_staged(staging, record));
+    RETURN_IF_ERROR(snapshots_.publish(staging, name));
+    return record;
+  }();
+  // The staging directory's guard removes the rest; a read-only subvolume it cannot.
+  if (!made) (void)volume->remove_frozen(layer);
+  return made;
+}
+
+Result<SnapshotInfo> LocalProvider::snapshot(std::string_view id, std::string_view name,
+                                             bool stop_commands) {
+  RETURN_IF_ERROR(check_snapshot_name(name));
+  ASSIGN_OR_RETURN(auto sandbox, state_.load(id));
+  ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+  (void)volume;
+  if (auto existing = snapshots_.load(name)) {
+    return make_error(ErrorCode::kAlreadyExists,
+                      "snapshot '{}' exists already (frozen from sandbox {}); choose another name, "
+                      "or remove it first: quarry snapshot rm {}",
+                      name, existing->sandbox, name);
+  }
+  if (!sandbox.snapshot.empty()) {
+    ASSIGN_OR_RETURN(auto below, snapshots_.chain(sandbox.snapshot));
+    if (below.size() >= kMaxFrozenLayers) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "sandbox {} has {} frozen layers already (snapshot {} and those it is made "
+                        "on), the most a sandbox can have; snapshot a sandbox started from fewer",
+                        id, below.size(), sandbox.snapshot);
+    }
+  }
+  if (const auto execs = cgroups_->execs(id); !execs.empty()) {
+    if (!stop_commands) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "sandbox {} is running {} command{} (a conversation's Python kernel is "
+                        "one): a snapshot now could hold files half written. Take it when they "
+                        "have ended, or stop them first: quarry snapshot create --stop-commands "
+                        "{} {}",
+                        id, execs.size(), execs.size() == 1 ? "" : "s", id, name);
+    }
+    RETURN_IF_ERROR(this->stop_commands(id));
+  }
+  ASSIGN_OR_RETURN(auto made, freeze(sandbox, name, {}, ""));
+  return SnapshotInfo{std::move(made), {}};
+}
+
+Result<std::vector<SnapshotInfo>> LocalProvider::snapshots() {
+  ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+  (void)volume;
+  ASSIGN_OR_RETURN(auto snapshots, snapshots_.list());
+  ASSIGN_OR_RETURN(auto sandboxes, state_.list());
+  std::vector<SnapshotInfo> infos;
+  for (auto& snapshot : snapshots) {
+    auto users = users_of(snapshot.name, sandboxes, snapshots);
+    infos.push_back({snapshot, std::move(users)});
+  }
+  return infos;
+}
+
+Result<void> LocalProvider::remove_snapshot(std::string_view name) {
+  ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+  ASSIGN_OR_RETURN(auto lock, snapshots_.lock(/*exclusive=*/true));
+  // A damaged record is removed all the same (its error says to).
+  if (auto snapshot = snapshots_.load(name); !snapshot) {
+    if (snapshot.error().code == ErrorCode::kNotFound) return std::unexpected(snapshot.error());
+    spdlog::warn("{}", snapshot.error().message);
+  }
+  ASSIGN_OR_RETURN(auto snapshots, snapshots_.list());
+  ASSIGN_OR_RETURN(auto sandboxes, state_.list());
+  const auto users = users_of(name, sandboxes, snapshots);
+  if (!users.sandboxes.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "snapshot '{}' is in use by sandbox{} {}; remove {} first: quarry sandbox rm "
+                      "{}",
+                      name, users.sandboxes.size() == 1 ? "" : "es",
+                      fmt::join(users.sandboxes, ", "), users.sandboxes.size() == 1 ? "it" : "them",
+                      fmt::join(users.sandboxes, " "));
+  }
+  if (!users.snapshots.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "snapshot{} {} {} made on snapshot '{}'; remove {} first: quarry snapshot rm "
+                      "{}",
+                      users.snapshots.size() == 1 ? "" : "s", fmt::join(users.snapshots, ", "),
+                      users.snapshots.size() == 1 ? "is" : "are", name,
+                      users.snapshots.size() == 1 ? "it" : "them", fmt::join(users.snapshots, " "));
+  }
+  RETURN_IF_ERROR(volume->remove_frozen(snapshots_.layer(name)));
+  return snapshots_.remove_record(name);
+}
+
+Result<std::vector<std::string>> LocalProvider::collect_snapshots(bool wait) {
+  ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
+  auto lock = snapshots_.lock(/*exclusive=*/true, wait);
+  if (!lock && lock.error().code == ErrorCode::kUnavailable) return std::vector<std::string>{};
+  if (!lock) return std::unexpected(lock.error());
+  ASSIGN_OR_RETURN(auto snapshots, snapshots_.list());
+  ASSIGN_OR_RETURN(auto sandboxes, state_.list());
+  // In use: by a sandbox started from it, or by the sandbox it was frozen from (just made).
+  std::set<std::string> used, live;
+  for (const auto& sandbox : sandboxes) {
+    if (!sandbox.snapshot.empty()) used.insert(sandbox.snapshot);
+    live.insert(sandbox.id);
+  }
+  for (const auto& snapshot : snapshots) {
+    if (live.contains(snapshot.sandbox)) used.insert(snapshot.name);
+  }
+  auto names =
+      collectable_snapshots(snapshots, used, std::chrono::system_clock::now(), config_.snapshots);
+  std::vector<std::string> collected;
+  for (const auto& name : names) {
+    auto removed = volume->remove_frozen(snapshots_.layer(name));
+    if (removed) removed = snapshots_.remove_record(name);
+    if (!removed) {
+      spdlog::warn("deleting unused snapshot {}: {}", name, removed.error().message);
+      continue;
+    }
+    spdlog::info("deleted snapshot {}: unused for longer than sandbox.snapshots keeps it", name);
+    collected.push_back(name);
+  }
+  (void)write_file_atomic(snapshots_.dir() / "collected", "", 0600);
+  return collected;
+}
+
+void LocalProvider::collect_snapshots_now_and_then() {
+  std::error_code error;
+  const auto stamp = snapshots_.dir() / "collected";
+  const auto last = std::filesystem::last_write_time(stamp, error);
+  if (!error && std::filesystem::file_time_type::clock::now() - last < kCollectEvery) return;
+  if (!std::filesystem::exists(snapshots_.dir(), error)) return;  // none made here yet
+  if (auto collected = collect_snapshots(/*wait=*/false); !collected) {
+    spdlog::warn("looking for unused snapshots: {}", collected.error().message);
+  }
+}
+
+Result<void> LocalProvider::install_packages(std::string_view id, const ImageDefinition& definition,
+                                             const Image& image, const Layers& layers) {
+  Progress progress("packages", 4);
+  ASSIGN_OR_RETURN(
+      auto set, package_set(options_.cache_dir, definition, image.hash, layers.packages, progress));
+  ASSIGN_OR_RETURN(auto sandbox, running(id));
+  if (!set.lock.packages.empty()) {
+    progress.step(
+        fmt::format("installing {} packages into sandbox {}", set.lock.packages.size(), id));
+    ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
+    const uint32_t owner = sandbox.record.id_base + kSandboxUser;
+    const std::string staging(kPackageStaging);
+    for (const auto& [name, wheel] : set.wheels) {
+      std::ifstream content(wheel, std::ios::binary);
+      if (!content) return make_error(ErrorCode::kInternal, "cannot read '{}'", wheel.string());
+      RETURN_IF_ERROR(
+          files.write(staging + "/" + wheel.filename().string(), content, owner, owner));
+    }
+    std::istringstream requirements(set.lock.text(""));
+    RETURN_IF_ERROR(files.write(staging + "/requirements.txt", requirements, owner, owner));
+    ExecRequest request;
+    request.timeout = kInstallTimeout;
+    request.env = {{"HOME", "/root"}};
+    request.working_directory = "/";
+    const std::pair<std::vector<std::string>, const char*> steps[] = {
+        {pip_install_command(), "pip install"}, {pip_check_command(), "pip check"}};
+    for (const auto& [argv, what] : steps) {
+      request.argv = argv;
+      ASSIGN_OR_RETURN(auto ran, execute(id, request, /*as_root=*/true));
+      if (ran.exit_code != 0 || ran.timed_out) {
+        return make_error(ErrorCode::kFailedPrecondition, "{} in the sandbox failed ({}): {}{}",
+                          what, ran.timed_out ? "timed out" : fmt::format("exit {}", ran.exit_code),
+                          tail_lines(ran.stdout_text + ran.stderr_text, 20),
+                          ran.message ? "\n" + *ran.message : "");
+      }
+    }
+    // The wheels are not part of what the sandbox (and its snapshot) has.
+    request.argv = {"rm", "-rf", staging};
+    request.env.clear();
+    ASSIGN_OR_RETURN(auto removed, execute(id, request, /*as_root=*/false));
+    if (removed.exit_code != 0) {
+      return make_error(ErrorCode::kInternal, "removing {} from the sandbox failed: {}", staging,
+                        removed.stderr_text);
+    }
+  }
+  // Only a sandbox that started from exactly the layers the key names is what the key says.
+  if (sandbox.record.snapshot != layers.base || set.lock.packages.empty()) return {};
+  progress.step(fmt::format("freezing the result as snapshot {}", layers.package_snapshot));
+  auto frozen = freeze(sandbox.record, layers.package_snapshot, layers.packages, set.lock.text(""));
+  if (!frozen && frozen.error().code != ErrorCode::kAlreadyExists) {
+    // The sandbox has its packages; only the next one will install them again.
+    spdlog::warn("keeping the packages of sandbox {} as a snapshot: {}", id,
+                 frozen.error().message);
+  }
+  progress.finish(fmt::format("{} in sandbox {}", fmt::join(layers.packages, " "), id));
+  return {};
 }
 
 }  // namespace quarry::sandbox::local

@@ -12,6 +12,7 @@
 #include "sandbox/local/cgroup.h"
 #include "sandbox/local/image.h"
 #include "sandbox/local/network_proxy.h"
+#include "sandbox/local/snapshot.h"
 #include "sandbox/local/state.h"
 #include "sandbox/local/volume.h"
 #include "sandbox/provider.h"
@@ -50,6 +51,19 @@ class LocalProvider final : public SandboxProvider {
   Result<bool> is_alive(std::string_view id) override;
   Result<std::vector<SandboxInfo>> find(const Labels& labels) override;
 
+  // Snapshots (snapshot.h). Freezes sandbox `id`'s writable layer as snapshot `name`, which new
+  // sandboxes can start from (SandboxSpec::snapshot). Refused (kFailedPrecondition) while
+  // commands run in the sandbox, as a file they are writing could be frozen half written,
+  // unless `stop_commands`, which stops them first.
+  Result<SnapshotInfo> snapshot(std::string_view id, std::string_view name, bool stop_commands);
+  Result<std::vector<SnapshotInfo>> snapshots();
+  // Deletes a snapshot; refused (kFailedPrecondition) while a sandbox or a snapshot uses it.
+  Result<void> remove_snapshot(std::string_view name);
+  // Deletes the snapshots that no sandbox has used for longer than sandbox.snapshots keeps them
+  // (also done by create, at most once a minute) and returns their names. Without `wait`, does
+  // nothing while another process holds the snapshots.
+  Result<std::vector<std::string>> collect_snapshots(bool wait = true);
+
   std::string_view cgroup_version() const { return cgroups_->version(); }
   // What the network proxy of a sandbox with an allowlist counted since it started
   // (kFailedPrecondition for a sandbox without network).
@@ -68,11 +82,35 @@ class LocalProvider final : public SandboxProvider {
   };
   Result<Running> running(std::string_view id) const;
   Result<const SandboxVolume*> volume();
+  // What a new sandbox starts from above the image: a snapshot's frozen layers (top first),
+  // found under the snapshots' shared lock, which is held until the sandbox's record names them.
+  struct Layers {
+    UniqueFd lock;
+    std::vector<SnapshotRecord> chain;
+    std::string base;  // the snapshot asked for
+    std::vector<std::string> packages;
+    std::string package_snapshot;  // the name of the packages' snapshot on `base`
+    bool has_packages = false;     // `chain` is that snapshot's
+  };
+  Result<Layers> starting_layers(const SandboxSpec& spec, const Image& image);
   // One attempt of create(): kAborted when a host process turned out to run with ids of the
   // range it claimed (everything made is taken apart again).
   struct Admission;
-  Result<SandboxInfo> start(const SandboxSpec& spec, const Image& image,
+  Result<SandboxInfo> start(const SandboxSpec& spec, const Image& image, const Layers& layers,
                             const SandboxVolume& volume, Admission& admission);
+  // Installs `layers.packages` into a new sandbox (resolved once per set and image into a lock
+  // in <cache>/package-locks, wheels fetched on the host) and freezes it as their snapshot.
+  Result<void> install_packages(std::string_view id, const ImageDefinition& definition,
+                                const Image& image, const Layers& layers);
+  // Freezes the sandbox of `sandbox` as snapshot `name` (kAlreadyExists if the name is taken).
+  Result<SnapshotRecord> freeze(const SandboxRecord& sandbox, std::string_view name,
+                                std::vector<std::string> packages, std::string lock);
+  SnapshotUsers users_of(std::string_view snapshot, const std::vector<SandboxRecord>& sandboxes,
+                         const std::vector<SnapshotRecord>& snapshots) const;
+  // collect_snapshots(false) unless this was done less than a minute ago (by any process).
+  void collect_snapshots_now_and_then();
+  // exec, as the sandbox user or (for what the host installs) as the sandbox's root.
+  Result<ExecResult> execute(std::string_view id, const ExecRequest& request, bool as_root);
   std::vector<std::string> environment(const ExecRequest& request,
                                        const NetworkPolicy& network) const;
   std::filesystem::path proxy_socket(std::string_view id) const {
@@ -109,7 +147,8 @@ class LocalProvider final : public SandboxProvider {
           network_before(std::move(other.network_before)) {}
     ~Launched();
   };
-  Result<Launched> launch(std::string_view id, const ExecRequest& request, bool with_stdin);
+  Result<Launched> launch(std::string_view id, const ExecRequest& request, bool with_stdin,
+                          bool as_root = false);
   // Admits a new sandbox's limits against the host (memory and CPU, admit_to_host) and the
   // volume (disk, SandboxVolume::admit), counting every recorded sandbox and those being
   // created. The returned guard keeps the limits counted while the sandbox is created; once
@@ -120,6 +159,7 @@ class LocalProvider final : public SandboxProvider {
   SandboxConfig config_;
   LocalProviderOptions options_;
   StateStore state_;
+  SnapshotStore snapshots_;
   ImageStore images_;
   std::unique_ptr<CgroupDriver> cgroups_;
   std::mutex volume_mutex_;

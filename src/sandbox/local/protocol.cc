@@ -167,6 +167,7 @@ nlohmann::json to_json(const ExecRequest& request) {
   nlohmann::json body = {{"type", "exec"}, {"argv", request.argv}, {"env", request.env}};
   if (request.cwd) body["cwd"] = *request.cwd;
   if (request.has_stdin) body["stdin"] = true;
+  if (request.as_root) body["root"] = true;
   return body;
 }
 
@@ -181,6 +182,7 @@ Result<ExecRequest> exec_request_from_json(const nlohmann::json& body) {
     if (auto cwd = body.find("cwd"); cwd != body.end()) request.cwd = cwd->get<std::string>();
     if (auto input = body.find("stdin"); input != body.end())
       request.has_stdin = input->get<bool>();
+    if (auto root = body.find("root"); root != body.end()) request.as_root = root->get<bool>();
     if (request.argv.empty()) {
       return make_error(ErrorCode::kInvalidArgument, "malformed exec request: argv is empty");
     }
@@ -202,6 +204,7 @@ nlohmann::json to_json(const Setup& setup) {
       {"type", "setup"},
       {"root_dir", setup.root_dir},
       {"lower_dir", setup.lower_dir},
+      {"frozen_dirs", setup.frozen_dirs},
       {"upper_dir", setup.upper_dir},
       {"work_dir", setup.work_dir},
       {"control_socket", setup.control_socket},
@@ -224,6 +227,15 @@ Result<Setup> setup_from_json(const nlohmann::json& body) {
     Setup setup;
     body.at("root_dir").get_to(setup.root_dir);
     body.at("lower_dir").get_to(setup.lower_dir);
+    // Absent in a setup without frozen layers.
+    if (auto frozen = body.find("frozen_dirs"); frozen != body.end()) {
+      if (!frozen->is_array() || frozen->size() >= kMaxFds) {
+        return make_error(ErrorCode::kInternal,
+                          "bad setup message: frozen_dirs must be a list of at most {} paths",
+                          kMaxFds - 1);
+      }
+      frozen->get_to(setup.frozen_dirs);
+    }
     body.at("upper_dir").get_to(setup.upper_dir);
     body.at("work_dir").get_to(setup.work_dir);
     body.at("control_socket").get_to(setup.control_socket);

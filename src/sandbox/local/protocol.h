@@ -3,12 +3,14 @@
 //
 // Setup, over a socketpair at fd 3 of a new init:
 //   host -> init  setup {layer paths, control socket path, user, directories, seccomp filter}
-//                 + fd [the image as an idmapped mount tree, for the overlay's lower layer]
+//                 + fds [each frozen layer (a snapshot's), top first, then the image: idmapped
+//                        mount trees, for the overlay's lower layers]
 //   init -> host  userns      (mounts done, user namespace created: write its id maps now)
 //   host -> init  maps_written
 //   init -> host  ready | error {message}
 // Exec, one connection to the control socket per command:
-//   host -> init  exec {argv, env, cwd} + fds [stdout, stderr, cgroup.procs...]
+//   host -> init  exec {argv, env, cwd, stdin, root} + fds [stdout, stderr, stdin?,
+//                                                          cgroup.procs...]
 //   init -> host  exit {status, run_ns} | error {message}     (checked by parse_reply)
 // Closing the connection early kills the command's process group.
 #pragma once
@@ -68,6 +70,10 @@ struct ExecRequest {
   std::vector<std::string> env{};    // "NAME=value"
   std::optional<std::string> cwd{};  // unset: the sandbox user's home
   bool has_stdin = false;            // a descriptor for stdin comes (else it is /dev/null)
+  // Runs as the sandbox's root, without any capability, instead of the sandbox user: for what
+  // the host itself installs (packages into the image's virtual environment, which root owns).
+  // Never for code from the agent or a user.
+  bool as_root = false;
 };
 
 nlohmann::json to_json(const ExecRequest& request);
@@ -85,8 +91,11 @@ struct CgroupMount {
 
 // The setup message: everything init needs to build the sandbox.
 struct Setup {
-  std::string root_dir;        // empty directory to mount the root filesystem on
-  std::string lower_dir;       // the image's root filesystem (sent as a tree; named in errors)
+  std::string root_dir;   // empty directory to mount the root filesystem on
+  std::string lower_dir;  // the image's root filesystem (sent as a tree; named in errors)
+  // Frozen layers between the image and the writable layer (a snapshot and the snapshots it was
+  // made on), top first; each is sent as a tree, before the image's, and named in errors.
+  std::vector<std::string> frozen_dirs;
   std::string upper_dir;       // the sandbox's writable layer
   std::string work_dir;        // overlayfs work directory, same filesystem as upper_dir
   std::string control_socket;  // where init listens for exec requests (host path)

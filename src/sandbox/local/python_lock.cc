@@ -107,11 +107,14 @@ std::string PythonLock::sha256() const {
   return sha256_hex(lock_body(*this));
 }
 
-std::string PythonLock::text() const {
-  return "# The Python packages of quarry's sandbox image, each pinned to one version and the\n"
-         "# sha256 of its wheel (pip's --require-hashes format). `quarry image build` installs\n"
-         "# exactly these and checks every hash; `quarry image lock` resolves them again.\n" +
-         lock_body(*this);
+std::string PythonLock::text(std::string_view comment) const {
+  std::string out;
+  for (size_t start = 0; start < comment.size();) {
+    const auto end = std::min(comment.find('\n', start), comment.size());
+    out += fmt::format("# {}\n", comment.substr(start, end - start));
+    start = end + 1;
+  }
+  return out + lock_body(*this);
 }
 
 const LockedPackage* PythonLock::find(std::string_view name) const {
@@ -300,7 +303,8 @@ LockedWheels find_locked_wheels(const PythonLock& lock, const std::filesystem::p
   return out;
 }
 
-Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view source) {
+Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view source,
+                                std::string_view relock) {
   if (wheels.missing.empty()) return {};
   std::vector<std::string> lines;
   for (const auto& package : wheels.missing) {
@@ -317,10 +321,9 @@ Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view sou
   }
   return make_error(ErrorCode::kFailedPrecondition,
                     "the wheels do not match the lock {}: {}. A wheel whose hash changed is not "
-                    "the file that was locked: if the package index changed it on purpose, run "
-                    "quarry image lock to lock what it serves now; otherwise remove the file and "
-                    "build again",
-                    source, fmt::join(lines, "; "));
+                    "the file that was locked: if the package index changed it on purpose, {}; "
+                    "otherwise remove the file and try again",
+                    source, fmt::join(lines, "; "), relock);
 }
 
 Result<void> check_installed(const PythonLock& lock, std::string_view freeze_output,

@@ -28,14 +28,19 @@ struct LockedPackage {
   std::vector<std::string> sha256;  // lowercase hex, one per acceptable wheel
 };
 
+inline constexpr std::string_view kImageLockComment =
+    "The Python packages of quarry's sandbox image, each pinned to one version and the\n"
+    "sha256 of its wheel (pip's --require-hashes format). `quarry image build` installs\n"
+    "exactly these and checks every hash; `quarry image lock` resolves them again.";
+
 struct PythonLock {
   std::string python;                     // the interpreter's major.minor, e.g. 3.11
   std::vector<std::string> requirements;  // what it was resolved for, sorted
   std::vector<LockedPackage> packages;    // sorted by name
 
-  // The lock as quarry writes it; its sha256 is the lock's identity (comments and layout of a
-  // hand-edited file do not change it).
-  std::string text() const;
+  // The lock as quarry writes it, after `comment` (lines, each made a comment); its sha256 is
+  // the lock's identity (comments and layout of a hand-edited file do not change it).
+  std::string text(std::string_view comment = kImageLockComment) const;
   std::string sha256() const;
   const LockedPackage* find(std::string_view name) const;
 };
@@ -70,8 +75,10 @@ struct LockedWheels {
   std::map<std::string, std::vector<std::string>> mismatched;  // package -> "file (sha256 ...)"
 };
 LockedWheels find_locked_wheels(const PythonLock& lock, const std::filesystem::path& directory);
-// An error naming each missing package and what to do, or nothing when none is missing.
-Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view source);
+// An error naming each missing package and what to do (`relock`: how to lock what the index
+// serves now), or nothing when none is missing.
+Result<void> check_wheels_found(const LockedWheels& wheels, std::string_view source,
+                                std::string_view relock);
 
 // Whether what `pip freeze --all` printed is what the lock pins: every package at its version,
 // nothing else but the virtual environment's own pip and setuptools.

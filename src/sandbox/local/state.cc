@@ -28,6 +28,8 @@ nlohmann::json to_json(const SandboxRecord& record) {
         {"disk_bytes", record.resources.disk_bytes},
         {"pids", record.resources.pids}}},
       {"image", record.image},
+      {"snapshot", record.snapshot},
+      {"packages", record.packages},
       {"init_pid", record.init_pid},
       {"init_start_time", record.init_start_time},
       {"qgroup", record.qgroup},
@@ -53,6 +55,9 @@ Result<SandboxRecord> from_json(const nlohmann::json& json) {
     resources.at("disk_bytes").get_to(record.resources.disk_bytes);
     resources.at("pids").get_to(record.resources.pids);
     json.at("image").get_to(record.image);
+    // Records from before snapshots started from the image.
+    record.snapshot = json.value("snapshot", "");
+    record.packages = json.value("packages", std::vector<std::string>{});
     json.at("init_pid").get_to(record.init_pid);
     json.at("init_start_time").get_to(record.init_start_time);
     json.at("qgroup").get_to(record.qgroup);

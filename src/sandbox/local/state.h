@@ -27,6 +27,10 @@ struct SandboxRecord {
   Labels labels;
   ResourceLimits resources;
   std::string image;  // image hash
+  // The snapshot whose frozen layers it has above the image ("" for none): the one asked for,
+  // or the package snapshot made on it.
+  std::string snapshot;
+  std::vector<std::string> packages;  // extra Python packages asked for (canonical)
   pid_t init_pid = 0;
   uint64_t init_start_time = 0;  // /proc/<pid>/stat field 22, to tell a reused pid apart
   uint64_t qgroup = 0;           // btrfs qgroup of the sandbox's subvolume

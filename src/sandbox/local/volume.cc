@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/command.h"
@@ -226,22 +227,31 @@ uint64_t little_endian_at(std::string_view data, size_t at) {
   return le64toh(value);
 }
 
+// Whether qgroup 0/`qgroup` still counts bytes (referenced or exclusive). Deleting one that does
+// marks every qgroup of the filesystem inconsistent (Linux 6.8 and later: "to be deleted qgroup
+// has non-zero numbers"), and from then on the kernel stops accounting, so no sandbox's disk
+// limit holds until a rescan. A subvolume that shared extents with a snapshot counts them for a
+// while after it is gone; the kernel deletes its qgroup itself once it no longer does.
+bool qgroup_counts(int fd, uint64_t qgroup) {
+  bool counts = true;
+  auto searched =
+      search_tree(fd, BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_INFO_KEY, qgroup, qgroup,
+                  [&](uint64_t, std::string_view item) {
+                    counts = little_endian_at(item, offsetof(btrfs_qgroup_info_item, rfer)) != 0 ||
+                             little_endian_at(item, offsetof(btrfs_qgroup_info_item, excl)) != 0;
+                  });
+  return !searched || counts;
+}
+
 // Deletes the level-0 qgroups whose subvolume no longer exists and returns how many, as `btrfs
 // qgroup clear-stale` does, in this process: running btrfs-progs for it (a fork and exec of
 // another program, and its own start) took longer than the rest of opening the volume. A
 // subvolume exists while its root item does (newer btrfs-progs judge by that too): one deleted
-// but still being cleaned up has it, and its qgroup goes with it. With simple quotas a qgroup
-// that still counts bytes is kept even so, as the kernel needs it for what was shared.
+// but still being cleaned up has it, and its qgroup goes with it. A qgroup that still counts
+// bytes is kept even so (qgroup_counts).
 Result<int> remove_stale_qgroups(const std::filesystem::path& mount_point) {
   UniqueFd dir(::open(mount_point.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir) return errno_error("open '{}'", mount_point.string());
-  constexpr uint64_t kSimpleQuotas = 1ULL << 3;  // BTRFS_QGROUP_STATUS_FLAG_SIMPLE_MODE (6.7)
-  uint64_t status_flags = 0;
-  RETURN_IF_ERROR(search_tree(dir.get(), BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_STATUS_KEY, 0,
-                              0, [&](uint64_t, std::string_view item) {
-                                status_flags = little_endian_at(
-                                    item, offsetof(btrfs_qgroup_status_item, flags));
-                              }));
   // Level-0 qgroup ids are the subvolume ids; higher levels have the level above bit 48.
   std::vector<uint64_t> candidates;
   RETURN_IF_ERROR(search_tree(
@@ -249,7 +259,7 @@ Result<int> remove_stale_qgroups(const std::filesystem::path& mount_point) {
       [&](uint64_t qgroup, std::string_view item) {
         const bool counts = little_endian_at(item, offsetof(btrfs_qgroup_info_item, rfer)) != 0 ||
                             little_endian_at(item, offsetof(btrfs_qgroup_info_item, excl)) != 0;
-        if (!(status_flags & kSimpleQuotas) || !counts) candidates.push_back(qgroup);
+        if (!counts) candidates.push_back(qgroup);
       }));
   int removed = 0;
   for (uint64_t qgroup : candidates) {
@@ -330,10 +340,15 @@ Result<SandboxDirectory> SandboxVolume::create(std::string_view id, uint64_t lim
 }
 
 Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
-  auto dir = mount_point_ / id;
+  return delete_subvolume(mount_point_, id, qgroup);
+}
+
+Result<void> SandboxVolume::delete_subvolume(const std::filesystem::path& parent,
+                                             std::string_view name, uint64_t qgroup) {
+  auto dir = parent / name;
   if (!std::filesystem::exists(dir)) return {};
-  UniqueFd volume(::open(mount_point_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!volume) return errno_error("open '{}'", mount_point_.string());
+  UniqueFd volume(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!volume) return errno_error("open '{}'", parent.string());
   // A record saved before its qgroup was known (or a half-made subvolume) does not name it:
   // the subvolume does.
   if (qgroup == 0) {
@@ -342,7 +357,7 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
     }
   }
   btrfs_ioctl_vol_args destroy{};
-  std::strncpy(destroy.name, std::string(id).c_str(), BTRFS_PATH_NAME_MAX);
+  std::strncpy(destroy.name, std::string(name).c_str(), BTRFS_PATH_NAME_MAX);
   // EBUSY while the sandbox's mount namespace is still being torn down; it takes moments.
   for (int attempt = 0;; ++attempt) {
     if (::ioctl(volume.get(), BTRFS_IOC_SNAP_DESTROY, &destroy) == 0) break;
@@ -352,7 +367,7 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (qgroup != 0) {
+  if (qgroup != 0 && !qgroup_counts(volume.get(), qgroup)) {
     // The qgroup outlives its subvolume until removed; failing here only leaves a stale
     // accounting record, so it is not an error.
     btrfs_ioctl_qgroup_create_args remove{};
@@ -361,6 +376,43 @@ Result<void> SandboxVolume::remove(std::string_view id, uint64_t qgroup) const {
     ::ioctl(volume.get(), BTRFS_IOC_QGROUP_CREATE, &remove);
   }
   return {};
+}
+
+Result<void> SandboxVolume::freeze(std::string_view id, const std::filesystem::path& target) const {
+  const auto source_dir = mount_point_ / id;
+  UniqueFd source(::open(source_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!source) return errno_error("open '{}'", source_dir.string());
+  const auto parent = target.parent_path();
+  UniqueFd into(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!into) return errno_error("open '{}'", parent.string());
+  // Read-only from the start: trimming it to upper/ first would cost a second transaction
+  // (about as long as the snapshot) to save a few kilobytes.
+  btrfs_ioctl_vol_args_v2 args{};
+  args.fd = source.get();
+  args.flags = BTRFS_SUBVOL_RDONLY;
+  std::strncpy(args.name, target.filename().c_str(), BTRFS_SUBVOL_NAME_MAX);
+  if (::ioctl(into.get(), BTRFS_IOC_SNAP_CREATE_V2, &args) != 0) {
+    return errno_error("snapshotting btrfs subvolume '{}' as '{}'", source_dir.string(),
+                       target.string());
+  }
+  return {};
+}
+
+Result<uint64_t> SandboxVolume::referenced_bytes(uint64_t qgroup) const {
+  UniqueFd dir(::open(mount_point_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return errno_error("open '{}'", mount_point_.string());
+  std::optional<uint64_t> bytes;
+  RETURN_IF_ERROR(search_tree(dir.get(), BTRFS_QUOTA_TREE_OBJECTID, 0, BTRFS_QGROUP_INFO_KEY,
+                              qgroup, qgroup, [&](uint64_t, std::string_view item) {
+                                bytes =
+                                    little_endian_at(item, offsetof(btrfs_qgroup_info_item, rfer));
+                              }));
+  if (!bytes) return make_error(ErrorCode::kNotFound, "no qgroup 0/{}", qgroup);
+  return *bytes;
+}
+
+Result<void> SandboxVolume::remove_frozen(const std::filesystem::path& layer) const {
+  return delete_subvolume(layer.parent_path(), layer.filename().string(), 0);
 }
 
 Result<void> SandboxVolume::admit(uint64_t committed_bytes, uint64_t limit_bytes,

@@ -40,6 +40,18 @@ class SandboxVolume {
   // Deletes the subvolume with everything in it, and its qgroup. Missing is fine.
   Result<void> remove(std::string_view id, uint64_t qgroup) const;
 
+  // Freezes sandbox `id`'s writable layer: a read-only btrfs snapshot of its subvolume at
+  // `target` (a new name in a directory of the volume), whose upper/ is the layer with its
+  // whiteouts and opaque directories as they are (the rest of the sandbox's directory, its
+  // record and log, comes along unused). Nothing is copied, so it takes no longer for a full
+  // layer than an empty one; the sandbox goes on. It holds what reached the filesystem: btrfs
+  // writes out the sandbox's dirty pages first.
+  Result<void> freeze(std::string_view id, const std::filesystem::path& target) const;
+  // The bytes qgroup 0/`qgroup` (a subvolume's) refers to, as of the last transaction.
+  Result<uint64_t> referenced_bytes(uint64_t qgroup) const;
+  // Deletes a subvolume that `freeze` made, and its qgroup. Missing is fine.
+  Result<void> remove_frozen(const std::filesystem::path& layer) const;
+
   // Whether a new sandbox limited to `limit_bytes` can be backed when the sandboxes there now
   // are limited to `committed_bytes` together: the volume is sparse, and a host filesystem that
   // fills up under it turns btrfs read-only for every sandbox. Where the volume is a file, all
@@ -55,6 +67,9 @@ class SandboxVolume {
   const std::vector<dev_t>& devices() const { return devices_; }
 
  private:
+  // Deletes subvolume `name` of `parent`, and its qgroup (looked up when 0).
+  static Result<void> delete_subvolume(const std::filesystem::path& parent, std::string_view name,
+                                       uint64_t qgroup);
   SandboxVolume(std::filesystem::path mount_point, std::filesystem::path backing,
                 std::vector<dev_t> devices)
       : mount_point_(std::move(mount_point)),

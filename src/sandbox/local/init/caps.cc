@@ -31,4 +31,10 @@ Result<void> drop_privileges() {
   return {};
 }
 
+bool drop_all_capabilities() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct none[2] = {};
+  return ::syscall(SYS_capset, &header, none) == 0;
+}
+
 }  // namespace quarry::sandbox::local::init

@@ -13,10 +13,11 @@ using quarry::UniqueFd;
 
 namespace {
 
-Result<UniqueFd> contain(const protocol::Setup& setup, int image_tree, int channel) {
+Result<UniqueFd> contain(const protocol::Setup& setup, const std::vector<UniqueFd>& layer_trees,
+                         int channel) {
   RETURN_IF_ERROR(init::shield_from_oom_killer());
   RETURN_IF_ERROR(init::enter_cgroup_namespace());
-  RETURN_IF_ERROR(init::mount_root_filesystem(setup, image_tree));
+  RETURN_IF_ERROR(init::mount_root_filesystem(setup, layer_trees));
   RETURN_IF_ERROR(init::make_user_directories(setup));
   ASSIGN_OR_RETURN(UniqueFd listener, init::listen_for_host(setup.control_socket));
   RETURN_IF_ERROR(init::set_hostname(setup.hostname));
@@ -45,12 +46,16 @@ int main() {
     (void)protocol::send(channel, {{"type", "error"}, {"message", setup.error().message}});
     return 2;
   }
-  if (message->fds.size() != 1) {
-    (void)protocol::send(channel,
-                         {{"type", "error"}, {"message", "the setup came without the image"}});
+  // One tree per frozen layer, then the image's.
+  if (message->fds.size() != setup->frozen_dirs.size() + 1) {
+    (void)protocol::send(
+        channel, {{"type", "error"},
+                  {"message", fmt::format("the setup came with {} layer trees "
+                                          "for {} frozen layers and the image",
+                                          message->fds.size(), setup->frozen_dirs.size())}});
     return 2;
   }
-  auto listener = contain(*setup, message->fds[0].get(), channel);
+  auto listener = contain(*setup, message->fds, channel);
   message->fds.clear();
   if (!listener) {
     (void)protocol::send(channel, {{"type", "error"}, {"message", listener.error().message}});

@@ -116,15 +116,27 @@ Result<void> mount_cgroups(const std::string& root, const protocol::Setup& setup
 // The overlay's options show in /proc/self/mountinfo inside, so its layers are named from a
 // directory beside the root ("lower", "upper", "work"), which the mount is made from: no host
 // path appears in them. "lower" is where the image's idmapped tree (sent by the host) is
-// attached, "upper" and "work" are links.
-Result<void> mount_overlay(const protocol::Setup& setup, int image_tree) {
+// attached, "frozen0", "frozen1", ... the frozen layers' (a snapshot's, top first); "upper" and
+// "work" are links.
+Result<void> mount_overlay(const protocol::Setup& setup, const std::vector<UniqueFd>& layer_trees) {
   const std::string layers = std::filesystem::path(setup.root_dir).parent_path() / "layers";
   RETURN_IF_ERROR(make_dir(layers, 0700));
-  const std::string lower = layers + "/lower";
-  RETURN_IF_ERROR(make_dir(lower, 0700));
-  if (::move_mount(image_tree, "", AT_FDCWD, lower.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
-    return errno_error("move_mount(the image '{}', '{}')", setup.lower_dir, lower);
+  std::string lower_dirs;
+  auto attach = [&](int tree, const std::string& name, const std::string& what) -> Result<void> {
+    const std::string target = layers + "/" + name;
+    RETURN_IF_ERROR(make_dir(target, 0700));
+    if (::move_mount(tree, "", AT_FDCWD, target.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+      return errno_error("move_mount({}, '{}')", what, target);
+    }
+    lower_dirs += (lower_dirs.empty() ? "" : ":") + name;
+    return {};
+  };
+  for (size_t layer = 0; layer < setup.frozen_dirs.size(); ++layer) {
+    RETURN_IF_ERROR(attach(layer_trees[layer].get(), fmt::format("frozen{}", layer),
+                           fmt::format("the frozen layer '{}'", setup.frozen_dirs[layer])));
   }
+  RETURN_IF_ERROR(
+      attach(layer_trees.back().get(), "lower", fmt::format("the image '{}'", setup.lower_dir)));
   const std::pair<const std::string*, const char*> links[] = {{&setup.upper_dir, "upper"},
                                                               {&setup.work_dir, "work"}};
   for (const auto& [target, name] : links) {
@@ -135,7 +147,7 @@ Result<void> mount_overlay(const protocol::Setup& setup, int image_tree) {
   if (::chdir(layers.c_str()) != 0) return errno_error("chdir('{}')", layers);
   // volatile: the writable layer is thrown away with the sandbox, so skip syncing it.
   return mount_fs("overlay", setup.root_dir, "overlay", MS_NOSUID | MS_NODEV,
-                  "lowerdir=lower,upperdir=upper,workdir=work,volatile");
+                  fmt::format("lowerdir={},upperdir=upper,workdir=work,volatile", lower_dirs));
 }
 
 // What Docker's default profile masks in /proc: kernel memory, keys, timer and scheduler
@@ -173,10 +185,11 @@ Result<void> mask_proc(const std::string& root) {
 
 }  // namespace
 
-Result<void> mount_root_filesystem(const protocol::Setup& setup, int image_tree) {
+Result<void> mount_root_filesystem(const protocol::Setup& setup,
+                                   const std::vector<UniqueFd>& layer_trees) {
   // Nothing mounted below may propagate back to the host's mount namespace.
   RETURN_IF_ERROR(mount_fs(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, ""));
-  RETURN_IF_ERROR(mount_overlay(setup, image_tree));
+  RETURN_IF_ERROR(mount_overlay(setup, layer_trees));
   const std::string& root = setup.root_dir;
   RETURN_IF_ERROR(make_dir(root + "/proc", 0555));
   RETURN_IF_ERROR(mount_fs("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, ""));

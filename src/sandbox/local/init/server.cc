@@ -72,11 +72,15 @@ void report(int fd, const std::string& text) {
     report(STDERR_FILENO, offered.error().message);
     ::_exit(126);
   }
-  // Switching every id away from 0 clears all capabilities.
-  if (::setgroups(0, nullptr) != 0 ||
-      ::setresgid(setup.group_id, setup.group_id, setup.group_id) != 0 ||
-      ::setresuid(setup.user_id, setup.user_id, setup.user_id) != 0) {
-    report(STDERR_FILENO, fmt::format("switching to the sandbox user failed: {}", strerror(errno)));
+  // Switching every id away from 0 clears all capabilities. A command of the host's own that
+  // runs as root (a package install) stays uid 0 and drops them itself; with the bounding set
+  // empty, its execve gives it none back.
+  const uid_t user = request.as_root ? 0 : setup.user_id;
+  const gid_t group = request.as_root ? 0 : setup.group_id;
+  if (::setgroups(0, nullptr) != 0 || ::setresgid(group, group, group) != 0 ||
+      ::setresuid(user, user, user) != 0 || (request.as_root && !drop_all_capabilities())) {
+    report(STDERR_FILENO, fmt::format("switching to the sandbox {} failed: {}",
+                                      request.as_root ? "root" : "user", strerror(errno)));
     ::_exit(126);
   }
   const std::string& cwd = request.cwd ? *request.cwd : setup.home;

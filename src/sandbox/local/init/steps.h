@@ -19,9 +19,11 @@ Result<void> enter_cgroup_namespace();
 Result<void> shield_from_oom_killer();
 Result<void> offer_to_oom_killer();
 
-// mounts.cc: overlay root (the image, as the idmapped tree `image_tree` the host sent, below;
-// the writable layer above), /proc, a minimal /dev.
-Result<void> mount_root_filesystem(const protocol::Setup& setup, int image_tree);
+// mounts.cc: overlay root (the image and the frozen layers above it, as the idmapped trees the
+// host sent, frozen layers top first and the image last, below; the writable layer above),
+// /proc, a minimal /dev.
+Result<void> mount_root_filesystem(const protocol::Setup& setup,
+                                   const std::vector<UniqueFd>& layer_trees);
 // mounts.cc: the sandbox user's home and the configured directories, owned by that user.
 Result<void> make_user_directories(const protocol::Setup& setup);
 // mounts.cc: makes the new root '/' and detaches the host's filesystem.
@@ -41,6 +43,9 @@ Result<void> enter_user_namespace(const protocol::Setup& setup, int setup_channe
 // caps.cc: keeps only what init needs to start commands as the sandbox user (setuid, setgid,
 // kill), drops the rest and the bounding set, sets no_new_privs and makes init undumpable.
 Result<void> drop_privileges();
+// caps.cc: in a command's process, drops even those (for a command that stays root); false with
+// errno set when the kernel refuses.
+bool drop_all_capabilities();
 
 // seccomp.cc: loads the host-built filter; every command inherits it.
 Result<void> load_seccomp_filter(const std::vector<uint8_t>& program);
