@@ -52,6 +52,9 @@ class AgentScenarioTest : public ::testing::Test {
     history_ = std::move(*history);
     config_.model.base_url = model_server_->base_url();
     config_.sandbox.export_max_rows = 50'000'000;  // the second case exports every event
+    // ... which takes about 10 s on a quiet 2-core host, past the default statement_timeout
+    // (30 s) under load.
+    config_.database.statement_timeout = std::chrono::minutes(5);
     config_.conversations.instance_id = fmt::format("agent-test-{}", ::getpid());
     manager_ = std::make_unique<conversation::ConversationManager>(
         sandboxes.provider(), *history_, clock_, conversation::manager_options(config_));

@@ -134,6 +134,7 @@ QuarryServer::QuarryServer(ServerOptions options) {
       "{}"
       "database:\n"
       "  url: \"{}\"\n"
+      "{}"
       "conversations:\n"
       "  instance_id: api-test\n"
       "model:\n"
@@ -145,7 +146,7 @@ QuarryServer::QuarryServer(ServerOptions options) {
       options.sandbox_config,
       options.database_url.empty() ? PostgresEnvironment::get().server().reader_conninfo
                                    : options.database_url,
-      model, tokens_file_.string(), options.server_config,
+      options.database_config, model, tokens_file_.string(), options.server_config,
       options.capacity_config.empty() ? "" : "capacity:\n" + options.capacity_config);
   user_suffix_ = fmt::format("-{}", counter);
   if (options.tokens) {

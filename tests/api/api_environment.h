@@ -60,6 +60,7 @@ struct ServerOptions {
   std::string server_config{};    // YAML lines under "server:", each indented two spaces
   std::string sandbox_config{};   // YAML lines under "sandbox:", each indented two spaces
   std::string database_url{};     // database.url; empty: the test binary's PostgreSQL
+  std::string database_config{};  // more YAML lines under "database:", each indented two spaces
   std::string model_config{};     // instead of the scripted model: YAML lines under "model:"
   std::string capacity_config{};  // YAML lines under "capacity:", each indented two spaces
   bool expect_start = true;       // false: the server is to refuse to start

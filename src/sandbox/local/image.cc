@@ -9,6 +9,7 @@
 #include "common/command.h"
 #include "common/file_util.h"
 #include "common/sha256.h"
+#include "common/text.h"
 #include "common/units.h"
 #include "sandbox/local/pip.h"
 
@@ -40,14 +41,6 @@ Result<std::string> os_release_value(std::string_view key) {
     }
   }
   return make_error(ErrorCode::kNotFound, "/etc/os-release has no {}", key);
-}
-
-std::vector<std::string> words(std::string_view text) {
-  std::vector<std::string> out;
-  std::istringstream stream{std::string(text)};
-  for (std::string word; stream >> word;)
-    out.push_back(word);
-  return out;
 }
 
 bool contains(const std::vector<std::string>& items, std::string_view item) {

@@ -9,6 +9,7 @@
 
 #include "common/file_util.h"
 #include "common/sha256.h"
+#include "common/text.h"
 
 namespace quarry::sandbox::local {
 namespace {
@@ -20,14 +21,6 @@ std::string_view trim(std::string_view text) {
   if (first == std::string_view::npos) return {};
   const auto last = text.find_last_not_of(" \t\r");
   return text.substr(first, last - first + 1);
-}
-
-std::vector<std::string> words(std::string_view text) {
-  std::vector<std::string> out;
-  std::istringstream stream{std::string(text)};
-  for (std::string word; stream >> word;)
-    out.push_back(word);
-  return out;
 }
 
 bool valid_name(std::string_view name) {
