@@ -83,7 +83,8 @@ await run(async (browser) => {
   await live.locator(".state-idle", { hasText: "idle" }).waitFor({ timeout: 15_000 });
   assert.match(await sandboxes.innerText(), /Yours: 2 idle/);
   // Still sorted shortest first: the new 6 s step is last.
-  assert.ok((await runTimes()).at(-1) >= 6000);
+  const sorted = await runTimes();
+  assert.ok(sorted.at(-1) >= 6000, `the 6 s step is not last: the last run times are ${sorted.slice(-3).join(", ")} ms`);
   // Allowed: the 401 before signing in.
   noProblems(page, [/status of 401/]);
   noProblems(tab);
