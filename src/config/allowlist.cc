@@ -2,6 +2,7 @@
 #include "config/allowlist.h"
 
 #include <arpa/inet.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -140,6 +141,26 @@ std::optional<std::string> first_not_covered(const std::vector<std::string>& all
     if (!covered) return entry;
   }
   return std::nullopt;
+}
+
+Result<NetworkPolicy> narrow_allowlist(const NetworkPolicy& server,
+                                       const std::vector<std::string>& wanted) {
+  if (server.mode != NetworkMode::kAllowlist) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "this server's sandboxes have no network (sandbox.network.mode: none)");
+  }
+  NetworkPolicy narrowed{NetworkMode::kAllowlist, {}};
+  for (const auto& entry : wanted) {
+    ASSIGN_OR_RETURN(auto canonical, parse_allow_entry(entry));
+    narrowed.allow.push_back(std::move(canonical));
+  }
+  if (auto wider = first_not_covered(server.allow, narrowed.allow)) {
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "{} is not within this server's allowlist ({}); a sandbox's network may only narrow it",
+        *wider, fmt::join(server.allow, ", "));
+  }
+  return narrowed;
 }
 
 }  // namespace quarry
