@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "common/text.h"
+
 namespace quarry {
 namespace {
 
@@ -45,13 +47,6 @@ std::string name_problem(std::string_view name) {
   return "";
 }
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 std::string without_trailing_dot(std::string name) {
   if (!name.empty() && name.back() == '.') name.pop_back();
   return name;
@@ -81,7 +76,7 @@ Result<std::string> parse_allow_entry(std::string_view entry) {
                       "*.example.com)",
                       entry);
   }
-  std::string canonical = without_trailing_dot(lower(entry));
+  std::string canonical = without_trailing_dot(ascii_lower(entry));
   std::string_view name = canonical;
   if (name.starts_with(kWildcard)) name.remove_prefix(kWildcard.size());
   if (name.find('*') != std::string_view::npos) {
@@ -104,7 +99,7 @@ Result<std::string> canonical_host(std::string_view host) {
   if (is_ipv6_literal(host)) {
     return make_error(ErrorCode::kInvalidArgument, "'{}' is an IP address, not a name", host);
   }
-  std::string canonical = without_trailing_dot(lower(host));
+  std::string canonical = without_trailing_dot(ascii_lower(host));
   if (auto problem = name_problem(canonical); !problem.empty()) {
     if (problem == "is an IP address") {
       return make_error(ErrorCode::kInvalidArgument, "'{}' is an IP address, not a name", host);

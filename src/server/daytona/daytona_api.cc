@@ -11,6 +11,7 @@
 #include <spanstream>
 #include <sstream>
 
+#include "common/text.h"
 #include "common/units.h"
 #include "config/allowlist.h"
 #include "conversation/history_json.h"
@@ -215,13 +216,6 @@ std::optional<int64_t> whole_number(std::string_view text) {
 
 int64_t whole_gib(uint64_t bytes) {
   return std::llround(static_cast<double>(bytes) / static_cast<double>(kGiB));
-}
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
 }
 
 // Go's time.String() layout, which the daemon's FileInfo.modTime has: "2006-01-02 15:04:05 +0000
@@ -477,7 +471,7 @@ ApiResult<ApiReply> DaytonaApi::create(const ApiRequest& request) {
       std::istringstream words(instructions[0]);
       std::string keyword, image, rest;
       words >> keyword >> image >> rest;
-      if (lower(keyword) == "from" && rest.empty()) from = image;
+      if (ascii_lower(keyword) == "from" && rest.empty()) from = image;
     }
     if (from != kImageName) {
       return refuse(400, fmt::format("quarry builds no images: buildInfo may only be the "
@@ -575,9 +569,9 @@ ApiResult<ApiReply> DaytonaApi::list(const ApiRequest& request) {
       if (!number || *number < 0) return refuse(400, "cursor is not one this server gave");
       before = static_cast<uint64_t>(*number);
     } else if (name == "id") {
-      id_prefix = lower(value);
+      id_prefix = ascii_lower(value);
     } else if (name == "name") {
-      name_prefix = lower(value);
+      name_prefix = ascii_lower(value);
     } else if (name == "labels") {
       auto parsed = nlohmann::json::parse(value, nullptr, false);
       if (parsed.is_discarded() || !parsed.is_object()) {
@@ -606,7 +600,8 @@ ApiResult<ApiReply> DaytonaApi::list(const ApiRequest& request) {
   nlohmann::json next = nullptr;
   for (const auto& record : all) {
     if (before && (ascending ? record.sequence <= *before : record.sequence >= *before)) continue;
-    if (!lower(record.id).starts_with(id_prefix) || !lower(record.name).starts_with(name_prefix)) {
+    if (!ascii_lower(record.id).starts_with(id_prefix) ||
+        !ascii_lower(record.name).starts_with(name_prefix)) {
       continue;
     }
     // Every sandbox listed is started: the others are gone.

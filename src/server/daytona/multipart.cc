@@ -6,26 +6,12 @@
 #include <cctype>
 
 #include "common/random_id.h"
+#include "common/text.h"
 
 namespace quarry::server::daytona {
 namespace {
 
 constexpr std::string_view kCrlf = "\r\n";
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t'))
-    text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t'))
-    text.remove_suffix(1);
-  return text;
-}
 
 // RFC 2046: 1 to 70 of digits, letters and '()+_,-./:=? , not ending in a space.
 bool valid_boundary(std::string_view boundary) {
@@ -45,12 +31,12 @@ struct Parameters {
 Result<Parameters> parse_parameters(std::string_view header) {
   Parameters parsed;
   size_t position = header.find(';');
-  parsed.value = lower(trim(header.substr(0, position)));
+  parsed.value = ascii_lower(trim_blanks(header.substr(0, position)));
   while (position != std::string_view::npos && position < header.size()) {
     ++position;  // past ';'
     const size_t equals = header.find('=', position);
     if (equals == std::string_view::npos) break;
-    std::string name = lower(trim(header.substr(position, equals - position)));
+    std::string name = ascii_lower(trim_blanks(header.substr(position, equals - position)));
     position = equals + 1;
     while (position < header.size() && header[position] == ' ')
       ++position;
@@ -75,7 +61,7 @@ Result<Parameters> parse_parameters(std::string_view header) {
       position = header.find(';', position);
     } else {
       const size_t end = header.find(';', position);
-      value = std::string(trim(header.substr(position, end - position)));
+      value = std::string(trim_blanks(header.substr(position, end - position)));
       position = end;
     }
     parsed.pairs.emplace_back(std::move(name), std::move(value));
@@ -93,7 +79,7 @@ const std::string* parameter(const Parameters& parameters, std::string_view name
 // filename*=UTF-8''%2Fhome%2F... (RFC 5987), decoded; nullopt if malformed.
 std::optional<std::string> decode_extended(std::string_view value) {
   constexpr std::string_view kUtf8 = "utf-8''";
-  if (value.size() < kUtf8.size() || lower(value.substr(0, kUtf8.size())) != kUtf8) {
+  if (value.size() < kUtf8.size() || ascii_lower(value.substr(0, kUtf8.size())) != kUtf8) {
     return std::nullopt;
   }
   value.remove_prefix(kUtf8.size());
@@ -125,8 +111,8 @@ Result<void> read_headers(std::string_view headers, size_t index, Part& part) {
       return make_error(ErrorCode::kInvalidArgument, "part {} has a header line without ':'",
                         index);
     }
-    const std::string name = lower(trim(line.substr(0, colon)));
-    const std::string_view value = trim(line.substr(colon + 1));
+    const std::string name = ascii_lower(trim_blanks(line.substr(0, colon)));
+    const std::string_view value = trim_blanks(line.substr(colon + 1));
     if (name == "content-type") {
       part.content_type = std::string(value);
     } else if (name == "content-disposition") {
