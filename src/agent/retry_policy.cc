@@ -7,16 +7,10 @@
 #include <cmath>
 #include <string>
 
+#include "common/text.h"
+
 namespace quarry::agent {
 namespace {
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t'))
-    text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t'))
-    text.remove_suffix(1);
-  return text;
-}
 
 std::optional<double> parse_number(std::string_view text) {
   double value = 0;
@@ -50,7 +44,7 @@ bool is_retryable_status(int status) {
 
 std::optional<Duration> parse_retry_after(std::string_view value,
                                           std::chrono::system_clock::time_point now) {
-  value = trim(value);
+  value = trim_blanks(value);
   if (value.empty()) return std::nullopt;
   if (auto seconds = parse_number(value)) {
     return std::chrono::duration_cast<Duration>(
@@ -63,7 +57,7 @@ std::optional<Duration> parse_retry_after(std::string_view value,
 }
 
 std::optional<Duration> parse_retry_after_ms(std::string_view value) {
-  auto ms = parse_number(trim(value));
+  auto ms = parse_number(trim_blanks(value));
   if (!ms) return std::nullopt;
   return Duration(static_cast<int64_t>(std::min(*ms, 1e12)));
 }

@@ -138,12 +138,16 @@ Scheduler::LeaseMap::iterator Scheduler::find(std::string_view sandbox_id) {
 Result<std::string> Scheduler::start(size_t account, const sandbox::Labels& labels,
                                      const std::optional<NetworkPolicy>& network,
                                      const std::vector<std::string>& packages) {
-  sandbox::SandboxProvider& provider = *accounts_[account].provider;
   sandbox::SandboxSpec spec = options_.spec;
   if (network) spec.network = *network;
   for (const auto& [key, value] : labels)
     spec.labels[key] = value;
   spec.packages.insert(spec.packages.end(), packages.begin(), packages.end());
+  return create_prepared(account, spec);
+}
+
+Result<std::string> Scheduler::create_prepared(size_t account, const sandbox::SandboxSpec& spec) {
+  sandbox::SandboxProvider& provider = *accounts_[account].provider;
   ASSIGN_OR_RETURN(auto created, provider.create(spec));
   if (auto prepared = provider.prepare(created.id, options_.prepare); !prepared) {
     (void)provider.destroy(created.id);
@@ -220,6 +224,55 @@ Result<Grant> Scheduler::acquire(const Request& request) {
   }
   RETURN_IF_ERROR(fill(lock, key, request.labels, request.network, request.packages));
   return handed_out(key, false);
+}
+
+Result<Grant> Scheduler::hold(const std::string& user, sandbox::SandboxSpec spec) {
+  const auto since = SteadyClock::now();
+  Lock lock(mutex_);
+  if (stopping_) {
+    return make_error(ErrorCode::kUnavailable,
+                      "the server is shutting down and starts no more sandboxes");
+  }
+  if (!user_has_room(user)) {
+    return make_error(ErrorCode::kResourceExhausted,
+                      "you already hold {} sandboxes, the most one user may have "
+                      "(capacity.max_per_user); delete one first",
+                      options_.max_per_user);
+  }
+  const int account = waiters_.empty() ? account_with_room() : -1;
+  if (account < 0) {
+    return make_error(ErrorCode::kResourceExhausted,
+                      "the system is busy: all {} sandboxes (capacity.max_sandboxes) are in use{}; "
+                      "try again in about {} s",
+                      options_.max_sandboxes,
+                      waiters_.empty() ? "" : " and turns are waiting for one",
+                      retry_after().count());
+  }
+  const uint64_t key = next_lease_++;
+  Lease lease;
+  lease.account = static_cast<size_t>(account);
+  lease.user = user;
+  leases_.emplace(key, std::move(lease));
+  lock.unlock();
+  for (const auto& [name, value] : options_.spec.labels)
+    spec.labels.emplace(name, value);
+  auto made = create_prepared(static_cast<size_t>(account), spec);
+  lock.lock();
+  if (!made) {
+    leases_.erase(key);
+    changed_.notify_all();
+    return std::unexpected(made.error());
+  }
+  Lease& held = leases_.at(key);
+  held.sandbox_id = *made;
+  held.use = Use::kBusy;
+  Grant grant;
+  grant.sandbox_id = *made;
+  grant.account = accounts_[held.account].name;
+  grant.acquired =
+      std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - since);
+  record_grant(grant);
+  return grant;
 }
 
 Result<void> Scheduler::wait_turn(Lock& lock, const Request& request, uint64_t me,

@@ -123,6 +123,13 @@ class Scheduler {
   // provider's error.
   Result<Grant> acquire(const Request& request);
 
+  // A sandbox held for `user` outside any conversation (the Daytona-compatible API): made now
+  // from `spec` with the options' labels and prepare added, counted against every limit like a
+  // conversation's and busy until destroy(): never evicted, never a warm one. It does not wait:
+  // kResourceExhausted at once when the limits leave no room (or turns wait for one), saying
+  // which limit; else the provider's error.
+  Result<Grant> hold(const std::string& user, sandbox::SandboxSpec spec);
+
   // A new turn asks whether it may wait at all: kResourceExhausted (HTTP 429) when `also_waiting`
   // (turns queued before this scheduler, e.g. for a worker) and the turns waiting here reach
   // max_queue. `retry_after` is a guess at when to try again.
@@ -197,6 +204,9 @@ class Scheduler {
   Result<std::string> start(size_t account, const sandbox::Labels& labels,
                             const std::optional<NetworkPolicy>& network,
                             const std::vector<std::string>& packages);
+  // Creates and prepares a sandbox of `spec` in `account` (without the lock); one that could not
+  // be prepared is destroyed.
+  Result<std::string> create_prepared(size_t account, const sandbox::SandboxSpec& spec);
   // Takes the pool's sandboxes (those among `only`, if given) out of it, as being deleted;
   // returns their ids for destroy().
   std::vector<std::string> withdraw_warm(

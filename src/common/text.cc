@@ -1,5 +1,7 @@
 #include "common/text.h"
 
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 
 namespace quarry {
@@ -10,6 +12,21 @@ std::vector<std::string> words(std::string_view text) {
   for (std::string word; stream >> word;)
     out.push_back(word);
   return out;
+}
+
+std::string ascii_lower(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::string_view trim_blanks(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t'))
+    text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t'))
+    text.remove_suffix(1);
+  return text;
 }
 
 }  // namespace quarry

@@ -1,4 +1,4 @@
-// Small text helpers shared by parsers of tool output and lock files.
+// Small text helpers shared by parsers (tool output, lock files, header fields, host names).
 #pragma once
 
 #include <string>
@@ -9,5 +9,11 @@ namespace quarry {
 
 // The whitespace-separated words of `text`, in order.
 std::vector<std::string> words(std::string_view text);
+
+// `text` with its ASCII letters in lower case (header names, host names: no locale).
+std::string ascii_lower(std::string_view text);
+
+// `text` without the spaces and tabs at either end (an HTTP header's value).
+std::string_view trim_blanks(std::string_view text);
 
 }  // namespace quarry

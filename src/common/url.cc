@@ -6,15 +6,10 @@
 #include <cctype>
 #include <charconv>
 
+#include "common/text.h"
+
 namespace quarry {
 namespace {
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 bool valid_host_name(std::string_view host) {
   return !host.empty() && std::all_of(host.begin(), host.end(), [](unsigned char c) {
@@ -64,7 +59,7 @@ Result<Url> parse_url(std::string_view text) {
   if (scheme_end == std::string_view::npos) {
     return bad("it must start with http:// or https://");
   }
-  url.scheme = lower(text.substr(0, scheme_end));
+  url.scheme = ascii_lower(text.substr(0, scheme_end));
   if (url.scheme != "http" && url.scheme != "https") {
     return bad(fmt::format("the scheme '{}' is not http or https", url.scheme));
   }
@@ -83,7 +78,7 @@ Result<Url> parse_url(std::string_view text) {
   if (authority.starts_with('[')) {
     auto close = authority.find(']');
     if (close == std::string_view::npos) return bad("an IPv6 address misses its ']'");
-    url.host = lower(authority.substr(1, close - 1));
+    url.host = ascii_lower(authority.substr(1, close - 1));
     if (!is_ipv6(url.host)) return bad(fmt::format("'{}' is not an IPv6 address", url.host));
     std::string_view tail = authority.substr(close + 1);
     if (!tail.empty()) {
@@ -93,7 +88,7 @@ Result<Url> parse_url(std::string_view text) {
     }
   } else {
     auto colon = authority.find(':');
-    url.host = lower(authority.substr(0, colon));
+    url.host = ascii_lower(authority.substr(0, colon));
     if (colon != std::string_view::npos) {
       port_text = authority.substr(colon + 1);
       if (port_text.empty()) return bad("the port after ':' is empty");
@@ -131,7 +126,7 @@ Result<Url> parse_url(std::string_view text) {
 }
 
 bool is_loopback_host(std::string_view host) {
-  std::string name = lower(host);
+  std::string name = ascii_lower(host);
   if (name == "localhost" || name.ends_with(".localhost")) return true;
   in_addr v4;
   if (::inet_pton(AF_INET, name.c_str(), &v4) == 1) {

@@ -2,8 +2,11 @@
 #include "config/allowlist.h"
 
 #include <arpa/inet.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+
+#include "common/text.h"
 
 namespace quarry {
 namespace {
@@ -44,13 +47,6 @@ std::string name_problem(std::string_view name) {
   return "";
 }
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 std::string without_trailing_dot(std::string name) {
   if (!name.empty() && name.back() == '.') name.pop_back();
   return name;
@@ -80,7 +76,7 @@ Result<std::string> parse_allow_entry(std::string_view entry) {
                       "*.example.com)",
                       entry);
   }
-  std::string canonical = without_trailing_dot(lower(entry));
+  std::string canonical = without_trailing_dot(ascii_lower(entry));
   std::string_view name = canonical;
   if (name.starts_with(kWildcard)) name.remove_prefix(kWildcard.size());
   if (name.find('*') != std::string_view::npos) {
@@ -103,7 +99,7 @@ Result<std::string> canonical_host(std::string_view host) {
   if (is_ipv6_literal(host)) {
     return make_error(ErrorCode::kInvalidArgument, "'{}' is an IP address, not a name", host);
   }
-  std::string canonical = without_trailing_dot(lower(host));
+  std::string canonical = without_trailing_dot(ascii_lower(host));
   if (auto problem = name_problem(canonical); !problem.empty()) {
     if (problem == "is an IP address") {
       return make_error(ErrorCode::kInvalidArgument, "'{}' is an IP address, not a name", host);
@@ -140,6 +136,26 @@ std::optional<std::string> first_not_covered(const std::vector<std::string>& all
     if (!covered) return entry;
   }
   return std::nullopt;
+}
+
+Result<NetworkPolicy> narrow_allowlist(const NetworkPolicy& server,
+                                       const std::vector<std::string>& wanted) {
+  if (server.mode != NetworkMode::kAllowlist) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "this server's sandboxes have no network (sandbox.network.mode: none)");
+  }
+  NetworkPolicy narrowed{NetworkMode::kAllowlist, {}};
+  for (const auto& entry : wanted) {
+    ASSIGN_OR_RETURN(auto canonical, parse_allow_entry(entry));
+    narrowed.allow.push_back(std::move(canonical));
+  }
+  if (auto wider = first_not_covered(server.allow, narrowed.allow)) {
+    return make_error(
+        ErrorCode::kInvalidArgument,
+        "{} is not within this server's allowlist ({}); a sandbox's network may only narrow it",
+        *wider, fmt::join(server.allow, ", "));
+  }
+  return narrowed;
 }
 
 }  // namespace quarry

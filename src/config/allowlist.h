@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "config/config.h"
 
 namespace quarry {
 
@@ -34,5 +35,11 @@ bool host_allowed(const std::vector<std::string>& allow, std::string_view host);
 // wildcard at or above it. All entries canonical.
 std::optional<std::string> first_not_covered(const std::vector<std::string>& allowed,
                                              const std::vector<std::string>& wanted);
+
+// The allowlist of the `wanted` entries, each parsed, if `server`'s allowlist covers every one:
+// a narrowing of the server's network, never a widening. kInvalidArgument naming the first entry
+// that is malformed or not covered, or saying that the server has no network to narrow.
+Result<NetworkPolicy> narrow_allowlist(const NetworkPolicy& server,
+                                       const std::vector<std::string>& wanted);
 
 }  // namespace quarry

@@ -400,8 +400,8 @@ Result<void> parse_model(const Walker& walk, const YAML::Node& node, ModelConfig
 
 Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConfig& out) {
   RETURN_IF_ERROR(walk.check_map(node, "server",
-                                 {"listen", "tokens_file", "max_body", "shutdown_grace", "workers",
-                                  "session_lifetime", "web_dir"}));
+                                 {"listen", "tokens_file", "max_body", "max_file_transfer",
+                                  "shutdown_grace", "workers", "session_lifetime", "web_dir"}));
   if (node.IsNull()) return {};
   if (auto value = node["listen"]) {
     ASSIGN_OR_RETURN(out.listen, walk.scalar(value, "server.listen"));
@@ -418,6 +418,12 @@ Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConf
     ASSIGN_OR_RETURN(out.max_body, walk.size(value, "server.max_body"));
     if (out.max_body < kKiB || out.max_body > kGiB) {
       return walk.fail(value, "server.max_body", "must be between 1 KiB and 1 GiB");
+    }
+  }
+  if (auto value = node["max_file_transfer"]) {
+    ASSIGN_OR_RETURN(out.max_file_transfer, walk.size(value, "server.max_file_transfer"));
+    if (out.max_file_transfer < kKiB || out.max_file_transfer > 16 * kGiB) {
+      return walk.fail(value, "server.max_file_transfer", "must be between 1 KiB and 16 GiB");
     }
   }
   if (auto value = node["shutdown_grace"]) {

@@ -133,7 +133,10 @@ struct ServerConfig {
   // API tokens (quarry token create); "" means <state>/tokens.json. Without the file the server
   // has one user, "local", and listens on loopback only.
   std::string tokens_file;
-  uint64_t max_body = kMiB;                            // largest request body
+  uint64_t max_body = kMiB;  // largest request body
+  // Largest file upload or download through the Daytona-compatible API (files/bulk-upload's
+  // body, which max_body would refuse; all files of one bulk-download), held in memory.
+  uint64_t max_file_transfer = 256 * kMiB;
   Duration shutdown_grace = std::chrono::seconds(30);  // running turns may finish in this
   uint32_t workers = 8;                                // turns and cells running at once
   Duration session_lifetime = std::chrono::hours(12);  // a browser sign-in lasts this long

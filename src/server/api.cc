@@ -141,7 +141,7 @@ ApiError turn_conflict(const Error& error) {
 
 }  // namespace
 
-ApiResult<std::map<std::string, std::string, std::less<>>> parse_query(std::string_view query) {
+ApiResult<QueryList> parse_query_list(std::string_view query) {
   auto decode = [](std::string_view text) -> std::optional<std::string> {
     std::string out;
     for (size_t i = 0; i < text.size(); ++i) {
@@ -160,7 +160,7 @@ ApiResult<std::map<std::string, std::string, std::less<>>> parse_query(std::stri
     }
     return out;
   };
-  std::map<std::string, std::string, std::less<>> parameters;
+  QueryList parameters;
   while (!query.empty()) {
     auto end = query.find('&');
     auto pair = query.substr(0, end);
@@ -173,9 +173,22 @@ ApiResult<std::map<std::string, std::string, std::less<>>> parse_query(std::stri
       return api_error(400, "invalid_parameter",
                        "the query has a malformed %-escape in '{}'; escape '%' as %25", pair);
     }
-    parameters[*name] = *value;
+    parameters.emplace_back(std::move(*name), std::move(*value));
   }
   return parameters;
+}
+
+std::map<std::string, std::string, std::less<>> query_map(const QueryList& list) {
+  std::map<std::string, std::string, std::less<>> parameters;
+  for (const auto& [name, value] : list)
+    parameters[name] = value;  // the last of a repeated name
+  return parameters;
+}
+
+ApiResult<std::map<std::string, std::string, std::less<>>> parse_query(std::string_view query) {
+  auto list = parse_query_list(query);
+  if (!list) return std::unexpected(list.error());
+  return query_map(*list);
 }
 
 Api::Api(Services services) : services_(std::move(services)) {
@@ -508,25 +521,19 @@ ApiResult<NetworkPolicy> narrowed_network(const nlohmann::json& body, const Netw
                      "({})",
                      fmt::join(server.allow, ", "));
   }
-  NetworkPolicy narrowed{NetworkMode::kAllowlist, {}};
+  std::vector<std::string> wanted;
   for (const auto& entry : *allow) {
     if (!entry.is_string()) {
       return api_error(400, "invalid_field", "'network.allow' holds {}, not a domain",
                        entry.dump());
     }
-    auto canonical = parse_allow_entry(entry.get<std::string>());
-    if (!canonical) {
-      return api_error(400, "invalid_field", "'network.allow': {}", canonical.error().message);
-    }
-    narrowed.allow.push_back(std::move(*canonical));
+    wanted.push_back(entry.get<std::string>());
   }
-  if (auto wider = first_not_covered(server.allow, narrowed.allow)) {
-    return api_error(400, "invalid_field",
-                     "'network.allow': {} is not within this server's allowlist ({}); a "
-                     "conversation may only narrow it",
-                     *wider, fmt::join(server.allow, ", "));
+  auto narrowed = narrow_allowlist(server, wanted);
+  if (!narrowed) {
+    return api_error(400, "invalid_field", "'network.allow': {}", narrowed.error().message);
   }
-  return narrowed;
+  return std::move(*narrowed);
 }
 
 }  // namespace

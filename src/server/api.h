@@ -21,11 +21,16 @@
 
 namespace quarry::server {
 
+// A query's parameters in their order, repeated names repeated.
+using QueryList = std::vector<std::pair<std::string, std::string>>;
+
 struct ApiRequest {
   RouteMatch route;
   std::string method;
   std::string path;  // without the query
   std::map<std::string, std::string, std::less<>> query;
+  QueryList query_list;  // the same, in order, for parameters that repeat
+  std::string host;      // the Host header: how the client reached this server
   std::string body;
   std::string content_type;
   std::string last_event_id;  // the Last-Event-ID header
@@ -55,7 +60,16 @@ struct StreamReply {
   bool follow = false;
 };
 
-using ApiReply = std::variant<JsonReply, FileReply, StreamReply>;
+// Bytes made in memory, sent with their media type (a file read out of a sandbox, a multipart
+// body).
+struct BytesReply {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+  Headers headers;
+};
+
+using ApiReply = std::variant<JsonReply, FileReply, StreamReply, BytesReply>;
 
 struct ServerInfo {
   std::string version;
@@ -120,7 +134,12 @@ class Api {
   std::string logged_problems_;
 };
 
-// "a=1&b=x%20y" -> {a: 1, b: "x y"}; a malformed escape is an error.
+// "a=1&b=x%20y" -> {a: 1, b: "x y"} (a repeated name: its last value); a malformed escape is an
+// error.
 ApiResult<std::map<std::string, std::string, std::less<>>> parse_query(std::string_view query);
+// The same, every pair in its order ("states=a&states=b" is two).
+ApiResult<QueryList> parse_query_list(std::string_view query);
+// The parameters of a list by name, each with its last value.
+std::map<std::string, std::string, std::less<>> query_map(const QueryList& list);
 
 }  // namespace quarry::server

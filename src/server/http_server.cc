@@ -65,11 +65,26 @@ net::awaitable<Sent> write_json(beast::tcp_stream& stream, int status, const nlo
   co_return co_await write_response(stream, response, timeout, head);
 }
 
+// An error in the shape its path's API has: quarry's {"error": {code, message}}, or Daytona's
+// under /daytona.
 net::awaitable<Sent> write_error(beast::tcp_stream& stream, const ApiError& failure,
                                  bool keep_alive, const Headers& headers,
-                                 std::chrono::seconds timeout) {
-  const nlohmann::json body = failure.body();
+                                 std::chrono::seconds timeout, std::string_view method = {},
+                                 std::string_view path = {}) {
+  const nlohmann::json body =
+      daytona::is_daytona_path(path) ? daytona::error_body(failure, method, path) : failure.body();
   co_return co_await write_json(stream, failure.status, body, headers, keep_alive, timeout);
+}
+
+net::awaitable<Sent> write_bytes(beast::tcp_stream& stream, const BytesReply& reply,
+                                 bool keep_alive, std::chrono::seconds timeout, bool head) {
+  http::response<http::string_body> response{static_cast<http::status>(reply.status), 11};
+  response.keep_alive(keep_alive);
+  for (const auto& [name, value] : reply.headers)
+    response.insert(name, value);
+  response.set(http::field::content_type, reply.content_type);
+  response.body() = reply.body;
+  co_return co_await write_response(stream, response, timeout, head);
 }
 
 // Closing a socket with unread bytes makes the kernel reset the connection, and a client still
@@ -137,15 +152,17 @@ Result<tcp::endpoint> parse_listen_address(std::string_view text) {
   return tcp::endpoint(address, port);
 }
 
-HttpServer::HttpServer(net::io_context& io, Api& api, Authenticator& auth, StreamHub& hub,
-                       HttpServerOptions options)
+HttpServer::HttpServer(net::io_context& io, Api& api, daytona::DaytonaApi* daytona,
+                       Authenticator& auth, StreamHub& hub, HttpServerOptions options)
     : io_(io),
       api_(api),
+      daytona_(daytona),
       auth_(auth),
       hub_(hub),
       options_(options),
       acceptor_(io),
       pool_(options.blocking_threads),
+      daytona_pool_(options.daytona_threads),
       access_log_(spdlog::get("access")) {
   if (!access_log_) {
     // One JSON object a line, on stderr beside the server's other messages.
@@ -193,6 +210,7 @@ void HttpServer::stop_accepting() {
 
 void HttpServer::join() {
   pool_.join();
+  daytona_pool_.join();
 }
 
 net::awaitable<void> HttpServer::accept_loop() {
@@ -218,34 +236,47 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
   const auto timeout = options_.write_timeout;
   // Named, not temporaries in co_await expressions: GCC 12 may destroy such a temporary twice.
   const Headers no_headers;
-  const ApiError too_large{413, "body_too_large",
-                           fmt::format("the body is larger than the server's limit of {} bytes "
-                                       "(server.max_body)",
-                                       options_.max_body)};
+  const uint64_t largest = std::max(options_.max_body, options_.max_file_transfer);
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(16 * 1024);
-    parser.body_limit(options_.max_body);
+    // The largest body any route takes; once the header says which route, its own limit.
+    parser.body_limit(largest);
     stream.expires_after(options_.read_timeout);
     co_await http::async_read_header(stream, buffer, parser,
                                      net::redirect_error(net::use_awaitable, error));
     const auto started = std::chrono::steady_clock::now();
-    if (error == http::error::body_limit) {
-      co_await write_error(stream, too_large, false, no_headers, timeout);
-      co_await linger(stream);
-      break;
-    }
     if (error == http::error::end_of_stream || error == beast::error::timeout ||
         error == net::error::connection_reset || error == net::error::eof) {
       break;
     }
-    if (error) {
+    if (error && error != http::error::body_limit) {
       const ApiError malformed{
           400, "bad_request",
           fmt::format("the request is not valid HTTP/1.1: {}", error.message())};
       co_await write_error(stream, malformed, false, no_headers, timeout);
       break;
     }
+    // The header is read. Uploads through the Daytona-compatible API may be larger, for a client
+    // who signed in (no one else makes the server hold that much).
+    const std::string header_method(to_std(parser.get().method_string()));
+    const std::string_view full_target = to_std(parser.get().target());
+    const std::string header_path(full_target.substr(0, full_target.find('?')));
+    const bool upload = daytona_ && daytona::is_upload_path(header_path) &&
+                        auth_.authenticate({to_std(parser.get()[http::field::authorization]),
+                                            to_std(parser.get()[http::field::cookie])});
+    const uint64_t limit = upload ? options_.max_file_transfer : options_.max_body;
+    const ApiError too_large{
+        413, "body_too_large",
+        fmt::format("the body is larger than the server's limit of {} bytes ({})", limit,
+                    upload ? "server.max_file_transfer" : "server.max_body")};
+    if (error == http::error::body_limit || parser.content_length().value_or(0) > limit) {
+      co_await write_error(stream, too_large, false, no_headers, timeout, header_method,
+                           header_path);
+      co_await linger(stream);
+      break;
+    }
+    parser.body_limit(limit);  // a chunked body is counted as it comes
     if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
       http::response<http::empty_body> proceed{http::status::continue_, 11};
       co_await http::async_write(stream, proceed, net::redirect_error(net::use_awaitable, error));
@@ -254,7 +285,8 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
     co_await http::async_read(stream, buffer, parser,
                               net::redirect_error(net::use_awaitable, error));
     if (error == http::error::body_limit) {
-      co_await write_error(stream, too_large, false, no_headers, timeout);
+      co_await write_error(stream, too_large, false, no_headers, timeout, header_method,
+                           header_path);
       co_await linger(stream);
       break;
     }
@@ -269,6 +301,9 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
     ApiRequest api_request;
     api_request.method = method;
     api_request.path = path;
+    api_request.host = std::string(request[http::field::host]);
+    // The Daytona-compatible API has a router and error shape of its own.
+    const bool daytona = daytona_ && daytona::is_daytona_path(path);
     std::string user = "-";
     std::string allow;  // the methods of a path asked with another
     Sent sent;
@@ -280,20 +315,23 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
                          "the server is shutting down; send the request again when it is back");
       }
       if (auto question = target.find('?'); question != std::string::npos) {
-        auto query = parse_query(std::string_view(target).substr(question + 1));
-        if (!query) return std::unexpected(query.error());
-        api_request.query = std::move(*query);
+        auto list = parse_query_list(std::string_view(target).substr(question + 1));
+        if (!list) return std::unexpected(list.error());
+        api_request.query = query_map(*list);
+        api_request.query_list = std::move(*list);
       }
-      auto route = match_route(method, path, &allow);
-      if (!route) return std::unexpected(route.error());
-      api_request.route = std::move(*route);
+      if (!daytona) {
+        auto route = match_route(method, path, &allow);
+        if (!route) return std::unexpected(route.error());
+        api_request.route = std::move(*route);
+      }
       const RequestOrigin origin{to_std(request[http::field::host]),
                                  to_std(request[http::field::origin]),
                                  to_std(request[to_beast(kCsrfHeader)])};
       if (auto checked = auth_.check_origin(origin); !checked) return checked;
       const Credentials credentials{to_std(request[http::field::authorization]),
                                     to_std(request[http::field::cookie])};
-      if (api_request.route.route->public_route) {
+      if (!daytona && api_request.route.route->public_route) {
         // Answered to anyone; a caller who signs in anyway may be told more (/readyz).
         if (auto identity = auth_.authenticate(credentials)) {
           api_request.identity = std::move(*identity);
@@ -329,14 +367,22 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
         headers.emplace_back("WWW-Authenticate", "Bearer realm=\"quarry\"");
       }
       if (prepared.error().status == 405) headers.emplace_back("Allow", allow);
-      sent = co_await write_error(stream, prepared.error(), keep_alive, headers, timeout);
+      sent = co_await write_error(stream, prepared.error(), keep_alive, headers, timeout, method,
+                                  path);
     } else {
-      ApiReply reply = co_await on_pool([&] { return api_.handle(api_request); });
+      ApiReply reply;
+      if (daytona) {
+        reply = co_await on(daytona_pool_, [&] { return daytona_->handle(api_request); });
+      } else {
+        reply = co_await on_pool([&] { return api_.handle(api_request); });
+      }
       if (auto* json = std::get_if<JsonReply>(&reply)) {
         sent = co_await write_json(stream, json->status, json->body, json->headers, keep_alive,
                                    timeout, head);
       } else if (auto* file = std::get_if<FileReply>(&reply)) {
         sent = co_await send_file(stream, *file, keep_alive, head);
+      } else if (auto* bytes = std::get_if<BytesReply>(&reply)) {
+        sent = co_await write_bytes(stream, *bytes, keep_alive, timeout, head);
       } else if (head) {
         const nlohmann::json nothing;
         sent = co_await write_json(stream, 200, nothing, no_headers, keep_alive, timeout, head);

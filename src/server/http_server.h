@@ -16,16 +16,22 @@
 #include "server/api.h"
 #include "server/asio.h"
 #include "server/auth.h"
+#include "server/daytona/daytona_api.h"
 #include "server/stream_hub.h"
 
 namespace quarry::server {
 
 struct HttpServerOptions {
   uint64_t max_body = 1 << 20;
+  // The body of a signed-in client's upload through the Daytona-compatible API may be this large.
+  uint64_t max_file_transfer = 256 << 20;
   std::chrono::seconds keep_alive{15};     // a comment line on idle streams this often
   std::chrono::seconds read_timeout{60};   // a request's header and body; idle keep-alive
   std::chrono::seconds write_timeout{30};  // one write to a client that stopped reading
   size_t blocking_threads = 4;             // the pool the handlers run on
+  // The pool of the Daytona-compatible API's handlers, whose commands may run for minutes: they
+  // never hold up the rest of the API.
+  size_t daytona_threads = 8;
 };
 
 // What the access log needs to know of a response sent, and whether the connection goes on.
@@ -37,8 +43,9 @@ struct Sent {
 
 class HttpServer {
  public:
-  HttpServer(net::io_context& io, Api& api, Authenticator& auth, StreamHub& hub,
-             HttpServerOptions options);
+  // `daytona` null: the /daytona paths are not served.
+  HttpServer(net::io_context& io, Api& api, daytona::DaytonaApi* daytona, Authenticator& auth,
+             StreamHub& hub, HttpServerOptions options);
   ~HttpServer();
 
   // Binds and listens; returns the address (its port, when 0 was asked for).
@@ -60,19 +67,26 @@ class HttpServer {
   // Runs `work` on the pool for blocking work and resumes on the I/O thread with its result.
   template <typename Work>
   net::awaitable<std::invoke_result_t<Work>> on_pool(Work work) {
+    return on(pool_, std::move(work));
+  }
+  // The same on another pool.
+  template <typename Work>
+  net::awaitable<std::invoke_result_t<Work>> on(net::thread_pool& pool, Work work) {
     using Value = std::invoke_result_t<Work>;
     co_return co_await net::co_spawn(
-        pool_, [work = std::move(work)]() mutable -> net::awaitable<Value> { co_return work(); },
+        pool, [work = std::move(work)]() mutable -> net::awaitable<Value> { co_return work(); },
         net::use_awaitable);
   }
 
   net::io_context& io_;
   Api& api_;
+  daytona::DaytonaApi* daytona_;
   Authenticator& auth_;
   StreamHub& hub_;
   HttpServerOptions options_;
   tcp::acceptor acceptor_;
   net::thread_pool pool_;
+  net::thread_pool daytona_pool_;
   std::atomic<bool> stopping_{false};
   std::shared_ptr<spdlog::logger> access_log_;
 };

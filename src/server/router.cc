@@ -48,9 +48,10 @@ std::vector<std::string_view> segments(std::string_view path) {
   return parts;
 }
 
-// The parameters of `path` if it has the shape of `pattern`.
-std::optional<std::map<std::string, std::string, std::less<>>> match(std::string_view pattern,
-                                                                     std::string_view path) {
+}  // namespace
+
+std::optional<std::map<std::string, std::string, std::less<>>> match_path(std::string_view pattern,
+                                                                          std::string_view path) {
   if (pattern == "/" || path == "/") {
     if (pattern == path) return std::map<std::string, std::string, std::less<>>{};
     return std::nullopt;
@@ -69,8 +70,6 @@ std::optional<std::map<std::string, std::string, std::less<>>> match(std::string
   }
   return params;
 }
-
-}  // namespace
 
 std::span<const Route> routes() {
   return kRoutes;
@@ -95,7 +94,7 @@ ApiResult<RouteMatch> match_route(std::string_view method, std::string_view path
                                   std::string* allow) {
   std::vector<std::string_view> methods;
   for (const auto& route : kRoutes) {
-    auto params = match(route.pattern, path);
+    auto params = match_path(route.pattern, path);
     if (!params) continue;
     if (route.method == method) return RouteMatch{&route, std::move(*params)};
     methods.push_back(route.method);

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +56,11 @@ struct RouteMatch {
 };
 
 std::span<const Route> routes();
+
+// The parameters of `path` ({"id": "c1"}) if it has the shape of `pattern`
+// ("/api/v1/conversations/{id}"); a parameter is one non-empty segment.
+std::optional<std::map<std::string, std::string, std::less<>>> match_path(std::string_view pattern,
+                                                                          std::string_view path);
 
 // Every query parameter some route takes; none of them carries a secret.
 std::span<const std::string_view> query_parameters();

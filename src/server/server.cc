@@ -14,6 +14,8 @@
 #include "sandbox/local/local_provider.h"
 #include "server/api.h"
 #include "server/auth.h"
+#include "server/daytona/daytona_api.h"
+#include "server/daytona/sandboxes.h"
 #include "server/http_server.h"
 #include "server/turn_runner.h"
 
@@ -150,10 +152,17 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
             model_unavailable},
            web_directory(config)});
 
+  // Sandboxes made through the Daytona-compatible API, each held from the scheduler like a
+  // conversation's; idle ones past their autoStopInterval are looked for every 10 s.
+  daytona::Sandboxes daytona_sandboxes(manager.scheduler(), std::chrono::seconds(10));
+  daytona::DaytonaApi daytona_api({config, daytona_sandboxes, *provider});
+
   net::io_context io(1);
   HttpServerOptions http_options;
   http_options.max_body = config.server.max_body;
-  HttpServer http(io, api, auth, hub, http_options);
+  http_options.max_file_transfer = config.server.max_file_transfer;
+  http_options.daytona_threads = config.server.workers;
+  HttpServer http(io, api, &daytona_api, auth, hub, http_options);
   ASSIGN_OR_RETURN(auto listening, http.listen(endpoint));
   http.start();
   const std::string url = url_of(listening);
@@ -188,6 +197,11 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
         stopping = std::thread([&] {
           turns.shutdown(
               std::chrono::duration_cast<std::chrono::milliseconds>(config.server.shutdown_grace));
+          // Like every other sandbox of this run, those of the Daytona-compatible API go.
+          if (const int deleted = daytona_sandboxes.shutdown(); deleted > 0) {
+            spdlog::info("destroyed {} sandbox{} of the Daytona-compatible API", deleted,
+                         deleted == 1 ? "" : "es");
+          }
           if (auto deleted = manager.shutdown(); !deleted) {
             spdlog::error("destroying this run's sandboxes failed: {}", deleted.error().message);
           } else {

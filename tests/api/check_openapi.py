@@ -43,6 +43,10 @@ MAX_PROBLEMS = 3  # per body or stream; the rest are counted in one line
 MAX_MESSAGE = 200
 EXCHANGES_TEST = "exchanges"
 REQUIRED_KEYS = ("test", "method", "target", "status")
+# The Daytona-compatible API answers Daytona's contract, not quarry's: its paths and shapes are
+# Daytona's (docs/daytona.md; its SDK's own models are what tests/api/daytona_test.cc holds it
+# to), so they are not in quarry's OpenAPI document and are not checked against it.
+DAYTONA_PREFIX = "/daytona/"
 
 
 @dataclass
@@ -446,6 +450,8 @@ def run(doc: Document, exchanges_path: str) -> tuple[int, list[tuple[Operation |
     for exchange, problem in read_exchanges(exchanges_path):
         if problem:
             failures.append((None, problem))
+            continue
+        if exchange["target"].startswith(DAYTONA_PREFIX):
             continue
         checked += 1
         op, problems = check_exchange(doc, exchange)

@@ -67,6 +67,7 @@ TEST(Config, TheReadmesExampleIsAcceptedAndHoldsTheDefaults) {
   EXPECT_EQ(example->model.base_url, defaults->model.base_url);
   EXPECT_EQ(example->server.listen, defaults->server.listen);
   EXPECT_EQ(example->server.workers, defaults->server.workers);
+  EXPECT_EQ(example->server.max_file_transfer, defaults->server.max_file_transfer);
   EXPECT_EQ(example->server.session_lifetime, defaults->server.session_lifetime);
   EXPECT_EQ(example->server.web_dir, defaults->server.web_dir);
 }

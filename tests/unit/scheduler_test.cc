@@ -356,6 +356,39 @@ TEST(Scheduler, EvictionTakesTheLeastRecentlyUsedIdleSandboxAndNeverABusyOne) {
   EXPECT_EQ(scheduler.stats().evictions, 2u);
 }
 
+// A held sandbox (the Daytona-compatible API's) counts against the limits, is never evicted for
+// a waiting turn, and is refused at once, not queued, when there is no room.
+TEST(Scheduler, AHeldSandboxCountsAgainstTheLimitsAndIsNeverEvicted) {
+  CountingProvider provider;
+  SchedulerOptions options = limits(2, 2, 300ms);
+  options.spec.labels = {{"quarry.instance", "test"}};
+  Scheduler scheduler({{"local", &provider, 2}}, options);
+  std::vector<std::string> evicted;
+  evict_into(scheduler, evicted);
+  sandbox::SandboxSpec spec;
+  spec.labels = {{"quarry.daytona.owner", "a"}};
+  auto held = scheduler.hold("a", spec);
+  ASSERT_TRUE(held) << held.error().message;
+  EXPECT_FALSE(held->warm);
+  auto second = scheduler.hold("a", spec);
+  ASSERT_TRUE(second) << second.error().message;
+
+  auto third = scheduler.hold("a", spec);
+  ASSERT_FALSE(third);
+  EXPECT_EQ(third.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(third.error().message.find("capacity.max_per_user"), std::string::npos);
+  // The total is reached too: a turn waits, evicts nothing (held sandboxes are busy), times out.
+  auto turn = scheduler.acquire(request("b"));
+  ASSERT_FALSE(turn);
+  EXPECT_TRUE(evicted.empty());
+  EXPECT_EQ(scheduler.stats().busy, 2);
+
+  ASSERT_TRUE(scheduler.destroy(held->sandbox_id));
+  auto after = scheduler.acquire(request("b"));
+  EXPECT_TRUE(after) << after.error().message;
+  EXPECT_EQ(provider.most(), 2u);
+}
+
 TEST(Scheduler, AUserAtTheirLimitMakesRoomFromTheirOwnIdleSandbox) {
   CountingProvider provider;
   Scheduler scheduler({{"local", &provider, 10}}, limits(10, 2, 500ms));
