@@ -35,6 +35,7 @@ class DaytonaProviderTest : public ::testing::Test {
     config.provider = "daytona";
     config.daytona.api_url = server_->url() + "/daytona/api";
     config.daytona.labels = {{"team", "data"}};
+    config.daytona.image = "quarry";  // the image quarry's Daytona API serves
     if (create_timeout.count() > 0) config.daytona.create_timeout = create_timeout;
     auto provider = DaytonaProvider::open(config, key);
     EXPECT_TRUE(provider) << provider.error().message;

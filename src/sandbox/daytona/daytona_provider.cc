@@ -253,16 +253,15 @@ Result<SandboxInfo> DaytonaProvider::create(const SandboxSpec& spec) {
   }
   if (!daytona.target.empty()) body["target"] = daytona.target;
   const std::string snapshot = !spec.snapshot.empty() ? spec.snapshot : daytona.snapshot;
-  if (!snapshot.empty()) {
-    // A snapshot brings its resources; Daytona refuses them beside it.
-    body["snapshot"] = snapshot;
-  } else {
+  // A snapshot (Daytona's default one too) brings its resources, and Daytona refuses others
+  // beside it: they go only with an image.
+  const bool from_image = snapshot.empty() && !daytona.image.empty();
+  if (!snapshot.empty()) body["snapshot"] = snapshot;
+  if (from_image) {
+    body["buildInfo"] = {{"dockerfileContent", fmt::format("FROM {}\n", daytona.image)}};
     body["cpu"] = whole(spec.resources.cpus, 1.0);
     body["memory"] = whole(static_cast<double>(spec.resources.memory_bytes), kGiB);
     body["disk"] = whole(static_cast<double>(spec.resources.disk_bytes), kGiB);
-    if (!daytona.image.empty()) {
-      body["buildInfo"] = {{"dockerfileContent", fmt::format("FROM {}\n", daytona.image)}};
-    }
   }
 
   auto created = client_.create_sandbox(body);
@@ -291,7 +290,7 @@ Result<SandboxInfo> DaytonaProvider::create(const SandboxSpec& spec) {
   }
   SandboxInfo info = info_from(*started);
   info.labels = spec.labels;
-  if (snapshot.empty()) info.resources = spec.resources;
+  if (from_image) info.resources = spec.resources;
   info.network = spec.network;
   return info;
 }
