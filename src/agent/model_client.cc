@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "agent/openai_protocol.h"
-#include "agent/retry_policy.h"
+#include "common/retry_policy.h"
 #include "agent/sse_parser.h"
 #include "agent/stream_assembler.h"
 #include "common/http_client.h"

@@ -1,6 +1,7 @@
 #include "common/url.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
@@ -47,6 +48,18 @@ std::string Url::target(std::string_view below) const {
   std::string out = path + std::string(below);
   if (out.empty()) out = "/";
   if (!query.empty()) out += "?" + query;
+  return out;
+}
+
+std::string percent_encode(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
   return out;
 }
 

@@ -30,6 +30,9 @@ struct Url {
 // the environment), fragments, and other schemes, saying which part is wrong.
 Result<Url> parse_url(std::string_view text);
 
+// `text` percent-encoded for a query value or a path segment: every byte but A-Z a-z 0-9 - . _ ~.
+std::string percent_encode(std::string_view text);
+
 // True for "localhost", 127.0.0.0/8 and ::1: a server on this machine.
 bool is_loopback_host(std::string_view host);
 

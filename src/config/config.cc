@@ -165,18 +165,99 @@ Result<void> parse_snapshots(const Walker& walk, const YAML::Node& node, Snapsho
   return {};
 }
 
+// An environment variable's name (letters, digits, '_', not starting with a digit), or "".
+bool valid_variable_name(std::string_view name) {
+  const bool valid = std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+  return valid && (name.empty() || !std::isdigit(static_cast<unsigned char>(name.front())));
+}
+
+Result<void> parse_daytona(const Walker& walk, const YAML::Node& node, DaytonaConfig& out) {
+  RETURN_IF_ERROR(
+      walk.check_map(node, "sandbox.daytona",
+                     {"api_url", "api_key_env", "target", "snapshot", "image", "auto_stop",
+                      "auto_delete", "labels", "create_timeout", "delete_timeout",
+                      "request_timeout", "connect_timeout", "max_retries", "ca_file"}));
+  if (node.IsNull()) return {};
+  if (auto value = node["api_url"]) {
+    ASSIGN_OR_RETURN(out.api_url, walk.scalar(value, "sandbox.daytona.api_url"));
+    if (auto url = parse_url(out.api_url); !out.api_url.empty() && !url) {
+      return walk.fail(value, "sandbox.daytona.api_url", "{}", url.error().message);
+    }
+  }
+  if (auto value = node["api_key_env"]) {
+    ASSIGN_OR_RETURN(out.api_key_env, walk.scalar(value, "sandbox.daytona.api_key_env"));
+    if (out.api_key_env.empty() || !valid_variable_name(out.api_key_env)) {
+      return walk.fail(value, "sandbox.daytona.api_key_env",
+                       "'{}' is not an environment variable name (letters, digits, '_')",
+                       out.api_key_env);
+    }
+  }
+  for (auto [key, field] : {std::pair{"target", &out.target},
+                            {"snapshot", &out.snapshot},
+                            {"image", &out.image},
+                            {"ca_file", &out.ca_file}}) {
+    if (auto value = node[key]) {
+      ASSIGN_OR_RETURN(*field, walk.scalar(value, fmt::format("sandbox.daytona.{}", key)));
+    }
+  }
+  if (!out.snapshot.empty() && !out.image.empty()) {
+    return walk.fail(node["image"], "sandbox.daytona.image",
+                     "give a snapshot or an image, not both (Daytona refuses both)");
+  }
+  if (auto value = node["auto_stop"]) {
+    ASSIGN_OR_RETURN(out.auto_stop, walk.duration(value, "sandbox.daytona.auto_stop"));
+  }
+  if (auto value = node["auto_delete"]) {
+    ASSIGN_OR_RETURN(out.auto_delete,
+                     duration_or_never(walk, value, "sandbox.daytona.auto_delete"));
+  }
+  for (auto [key, field] : {std::pair{"create_timeout", &out.create_timeout},
+                            {"delete_timeout", &out.delete_timeout},
+                            {"request_timeout", &out.request_timeout},
+                            {"connect_timeout", &out.connect_timeout}}) {
+    if (auto value = node[key]) {
+      ASSIGN_OR_RETURN(*field,
+                       walk.positive_duration(value, fmt::format("sandbox.daytona.{}", key)));
+    }
+  }
+  if (auto value = node["max_retries"]) {
+    ASSIGN_OR_RETURN(auto retries, walk.count(value, "sandbox.daytona.max_retries", 0, 10));
+    out.max_retries = static_cast<uint32_t>(retries);
+  }
+  if (auto labels = node["labels"]) {
+    if (!labels.IsMap()) {
+      return walk.fail(labels, "sandbox.daytona.labels", "must map label names to values");
+    }
+    for (const auto& entry : labels) {
+      ASSIGN_OR_RETURN(auto name, walk.scalar(entry.first, "sandbox.daytona.labels"));
+      ASSIGN_OR_RETURN(auto value,
+                       walk.scalar(entry.second, fmt::format("sandbox.daytona.labels.{}", name)));
+      if (name.starts_with("quarry.")) {
+        return walk.fail(entry.first, "sandbox.daytona.labels",
+                         "'{}': labels starting with 'quarry.' are quarry's own", name);
+      }
+      out.labels[name] = value;
+    }
+  }
+  return {};
+}
+
 Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxConfig& out) {
   constexpr std::string_view kPath = "sandbox";
-  RETURN_IF_ERROR(walk.check_map(node, kPath,
-                                 {"provider", "packages", "lock", "data_dir", "output_dir",
-                                  "export_max_rows", "resources", "exec_timeout", "idle_timeout",
-                                  "network", "output_limit", "artifacts", "snapshots", "local"}));
+  RETURN_IF_ERROR(
+      walk.check_map(node, kPath,
+                     {"provider", "packages", "lock", "data_dir", "output_dir", "export_max_rows",
+                      "resources", "exec_timeout", "idle_timeout", "network", "output_limit",
+                      "artifacts", "snapshots", "local", "daytona"}));
   if (node.IsNull()) return {};
   if (auto value = node["provider"]) {
     ASSIGN_OR_RETURN(out.provider, walk.scalar(value, "sandbox.provider"));
-    if (out.provider != "local") {
+    if (out.provider != "local" && out.provider != "daytona") {
       return walk.fail(value, "sandbox.provider",
-                       "'{}' is not an available provider (available: local)", out.provider);
+                       "'{}' is not an available provider (available: local, daytona)",
+                       out.provider);
     }
   }
   if (auto value = node["packages"]) {
@@ -234,6 +315,15 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
   }
   if (auto value = node["snapshots"]) {
     RETURN_IF_ERROR(parse_snapshots(walk, value, out.snapshots));
+  }
+  if (auto value = node["daytona"]) {
+    RETURN_IF_ERROR(parse_daytona(walk, value, out.daytona));
+  }
+  if (out.provider == "daytona" && out.daytona.api_url.empty()) {
+    return walk.fail(
+        node["provider"], "sandbox.provider",
+        "the daytona provider needs sandbox.daytona.api_url (the API's base, e.g. "
+        "https://daytona.example.com/api, or another quarry's http://HOST:8080/daytona/api)");
   }
   if (auto value = node["local"]) {
     RETURN_IF_ERROR(
@@ -359,11 +449,7 @@ Result<void> parse_model(const Walker& walk, const YAML::Node& node, ModelConfig
   }
   if (auto value = node["api_key_env"]) {
     ASSIGN_OR_RETURN(out.api_key_env, walk.scalar(value, "model.api_key_env"));
-    const bool valid = std::all_of(out.api_key_env.begin(), out.api_key_env.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-    });
-    if (!valid || (!out.api_key_env.empty() &&
-                   std::isdigit(static_cast<unsigned char>(out.api_key_env.front())))) {
+    if (!valid_variable_name(out.api_key_env)) {
       return walk.fail(value, "model.api_key_env",
                        "'{}' is not an environment variable name (letters, digits, '_'; \"\" "
                        "for a server that needs no key)",

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,29 @@ struct SnapshotConfig {
   std::optional<Duration> keep_unused_named;                   // unset: kept
 };
 
+// Settings of the Daytona provider (sandbox.provider: daytona): a remote engine that speaks
+// Daytona's API (Daytona itself, or another quarry's /daytona).
+struct DaytonaConfig {
+  std::string api_url;  // the main API's base, e.g. https://daytona.example.com/api
+  std::string api_key_env = "DAYTONA_API_KEY";  // the variable holding the API key
+  std::string target;                           // the region; "" for the organisation's own
+  // What sandboxes are made from: a Daytona snapshot by name, else an image (a Dockerfile
+  // "FROM image"); neither: Daytona's default snapshot. A snapshot brings its own resources.
+  std::string snapshot;
+  std::string image;
+  // Daytona stops a sandbox idle this long (0: never) and deletes a stopped one after
+  // auto_delete (unset: never): a net under quarry's own idle_timeout, for a server that died.
+  Duration auto_stop = std::chrono::minutes(30);
+  std::optional<Duration> auto_delete = std::chrono::minutes(0);
+  std::map<std::string, std::string> labels;            // added to every sandbox's
+  Duration create_timeout = std::chrono::minutes(3);    // until the sandbox is started
+  Duration delete_timeout = std::chrono::minutes(1);    // until it is gone
+  Duration request_timeout = std::chrono::seconds(60);  // one call (an exec: its timeout more)
+  Duration connect_timeout = std::chrono::seconds(10);
+  uint32_t max_retries = 4;  // of a call that failed in a way worth trying again
+  std::string ca_file;       // PEM CA certificates for https; empty: the system's
+};
+
 struct SandboxConfig {
   std::string provider = "local";
   // The image's Python packages. The built-in set is pinned to versions whose APIs the code
@@ -83,6 +107,7 @@ struct SandboxConfig {
   ArtifactLimits artifacts;
   SnapshotConfig snapshots;
   LocalProviderConfig local;
+  DaytonaConfig daytona;
 };
 
 // Where the data comes from (data/): quarry's private PostgreSQL (`quarry db up`) unless `url`

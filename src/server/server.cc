@@ -11,7 +11,7 @@
 #include "common/file_util.h"
 #include "common/units.h"
 #include "conversation/sqlite_history_store.h"
-#include "sandbox/local/local_provider.h"
+#include "sandbox/open_provider.h"
 #include "server/api.h"
 #include "server/auth.h"
 #include "server/daytona/daytona_api.h"
@@ -107,9 +107,7 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
   ::signal(SIGPIPE, SIG_IGN);
   RETURN_IF_ERROR(make_directories(options.state_dir, 0755));
   ASSIGN_OR_RETURN(auto provider,
-                   sandbox::local::LocalProvider::open(
-                       config.sandbox,
-                       {options.state_dir, options.cache_dir, {}, config.capacity.overcommit, {}}));
+                   sandbox::open_provider(config, {options.state_dir, options.cache_dir}));
   SystemClock clock;
   ASSIGN_OR_RETURN(auto history,
                    conversation::SqliteHistoryStore::open(options.state_dir / "history.db", clock));

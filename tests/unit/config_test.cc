@@ -55,6 +55,14 @@ TEST(Config, TheReadmesExampleIsAcceptedAndHoldsTheDefaults) {
   EXPECT_EQ(example->sandbox.local.disk_io.write_bytes,
             defaults->sandbox.local.disk_io.write_bytes);
   EXPECT_EQ(example->sandbox.local.disk_io.iops, defaults->sandbox.local.disk_io.iops);
+  const auto& daytona = example->sandbox.daytona;
+  EXPECT_EQ(daytona.api_key_env, defaults->sandbox.daytona.api_key_env);
+  EXPECT_EQ(daytona.auto_stop, defaults->sandbox.daytona.auto_stop);
+  EXPECT_EQ(daytona.auto_delete, defaults->sandbox.daytona.auto_delete);
+  EXPECT_EQ(daytona.create_timeout, defaults->sandbox.daytona.create_timeout);
+  EXPECT_EQ(daytona.delete_timeout, defaults->sandbox.daytona.delete_timeout);
+  EXPECT_EQ(daytona.request_timeout, defaults->sandbox.daytona.request_timeout);
+  EXPECT_EQ(daytona.max_retries, defaults->sandbox.daytona.max_retries);
   EXPECT_EQ(example->capacity.overcommit.memory, defaults->capacity.overcommit.memory);
   EXPECT_EQ(example->capacity.overcommit.cpu, defaults->capacity.overcommit.cpu);
   EXPECT_EQ(example->capacity.overcommit.disk, defaults->capacity.overcommit.disk);
@@ -137,6 +145,16 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "sandbox.resources.pids: 'many' is not a whole number"},
       {"bad provider", "sandbox:\n  provider: docker\n",
        "sandbox.provider: 'docker' is not an available provider"},
+      {"daytona without its url", "sandbox:\n  provider: daytona\n",
+       "sandbox.provider: the daytona provider needs sandbox.daytona.api_url"},
+      {"daytona snapshot and image", "sandbox:\n  daytona: {snapshot: s, image: 'python:3.11'}\n",
+       "sandbox.daytona.image: give a snapshot or an image, not both"},
+      {"daytona url without scheme", "sandbox:\n  daytona: {api_url: 'daytona.example.com/api'}\n",
+       "sandbox.daytona.api_url: 'daytona.example.com/api' is not a usable URL"},
+      {"daytona label of quarry's", "sandbox:\n  daytona: {labels: {quarry.boot: x}}\n",
+       "sandbox.daytona.labels: 'quarry.boot': labels starting with 'quarry.' are quarry's own"},
+      {"daytona key variable", "sandbox:\n  daytona: {api_key_env: 'my key'}\n",
+       "sandbox.daytona.api_key_env: 'my key' is not an environment variable name"},
       {"relative data dir", "sandbox:\n  data_dir: data\n",
        "sandbox.data_dir: 'data' must be an absolute path"},
       {"dotdot output dir", "sandbox:\n  output_dir: /home/../etc\n", "without '..'"},
@@ -260,6 +278,39 @@ TEST(Config, ReadsHowLongSnapshotsAreKept) {
   config = parse_config("sandbox:\n  snapshots: {keep_unused: 0s}\n", "config.yml");
   ASSERT_TRUE(config) << config.error().message;
   EXPECT_EQ(config->sandbox.snapshots.keep_unused, std::chrono::seconds(0));
+}
+
+TEST(Config, ReadsTheDaytonaSection) {
+  auto config = parse_config(R"(sandbox:
+  provider: daytona
+  daytona:
+    api_url: http://127.0.0.1:8080/daytona/api
+    api_key_env: QUARRY_DAYTONA_KEY
+    target: eu
+    image: python:3.11-slim
+    auto_stop: 1h
+    auto_delete: never
+    labels: {team: data}
+    create_timeout: 90s
+    max_retries: 2
+)",
+                             "config.yml");
+  ASSERT_TRUE(config) << config.error().message;
+  const auto& daytona = config->sandbox.daytona;
+  EXPECT_EQ(config->sandbox.provider, "daytona");
+  EXPECT_EQ(daytona.api_url, "http://127.0.0.1:8080/daytona/api");
+  EXPECT_EQ(daytona.api_key_env, "QUARRY_DAYTONA_KEY");
+  EXPECT_EQ(daytona.target, "eu");
+  EXPECT_EQ(daytona.image, "python:3.11-slim");
+  EXPECT_EQ(daytona.auto_stop, std::chrono::hours(1));
+  EXPECT_FALSE(daytona.auto_delete);
+  EXPECT_EQ(daytona.labels.at("team"), "data");
+  EXPECT_EQ(daytona.create_timeout, std::chrono::seconds(90));
+  EXPECT_EQ(daytona.max_retries, 2u);
+  // Defaults: a stopped sandbox is deleted at once, the key is in $DAYTONA_API_KEY.
+  auto defaults = parse_config("", "config.yml");
+  EXPECT_EQ(defaults->sandbox.daytona.api_key_env, "DAYTONA_API_KEY");
+  EXPECT_EQ(defaults->sandbox.daytona.auto_delete, std::chrono::minutes(0));
 }
 
 TEST(Config, ReadsConversationSettings) {

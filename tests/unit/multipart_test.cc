@@ -1,11 +1,11 @@
 // multipart/form-data as the Daytona-compatible API reads and writes it
-// (server/daytona/multipart.h): what the SDK's uploads look like, what it parses back, and the
+// (common/multipart.h): what the SDK's uploads look like, what it parses back, and the
 // bodies it refuses.
-#include "server/daytona/multipart.h"
+#include "common/multipart.h"
 
 #include <gtest/gtest.h>
 
-namespace quarry::server::daytona {
+namespace quarry {
 namespace {
 
 using namespace std::literals;
@@ -90,4 +90,4 @@ TEST(Multipart, RefusesBrokenBodies) {
 }
 
 }  // namespace
-}  // namespace quarry::server::daytona
+}  // namespace quarry

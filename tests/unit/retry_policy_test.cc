@@ -1,8 +1,8 @@
-#include "agent/retry_policy.h"
+#include "common/retry_policy.h"
 
 #include <gtest/gtest.h>
 
-namespace quarry::agent {
+namespace quarry {
 namespace {
 
 using std::chrono::milliseconds;
@@ -66,4 +66,4 @@ TEST(RetryPolicy, BackoffDoublesWithinJitterBoundsUpToTheCap) {
 }
 
 }  // namespace
-}  // namespace quarry::agent
+}  // namespace quarry

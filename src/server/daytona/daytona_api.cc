@@ -15,7 +15,7 @@
 #include "common/units.h"
 #include "config/allowlist.h"
 #include "conversation/history_json.h"
-#include "server/daytona/multipart.h"
+#include "common/multipart.h"
 #include "server/router.h"
 
 namespace quarry::server::daytona {

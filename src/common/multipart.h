@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 
-namespace quarry::server::daytona {
+namespace quarry {
 
 inline constexpr size_t kMaxParts = 2000;
 inline constexpr size_t kMaxPartHeaderBytes = 16 * 1024;
@@ -45,4 +45,4 @@ struct Multipart {
 // A body of `parts` with a boundary that none of them contains.
 Multipart write_multipart(const std::vector<OutPart>& parts);
 
-}  // namespace quarry::server::daytona
+}  // namespace quarry

@@ -1,4 +1,4 @@
-#include "agent/retry_policy.h"
+#include "common/retry_policy.h"
 
 #include <time.h>
 
@@ -9,7 +9,7 @@
 
 #include "common/text.h"
 
-namespace quarry::agent {
+namespace quarry {
 namespace {
 
 std::optional<double> parse_number(std::string_view text) {
@@ -71,4 +71,4 @@ Duration backoff_delay(uint32_t retry, double random01, const BackoffPolicy& pol
   return Duration(static_cast<int64_t>(std::llround(step / 2 + jitter * step / 2)));
 }
 
-}  // namespace quarry::agent
+}  // namespace quarry

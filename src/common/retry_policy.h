@@ -1,5 +1,5 @@
-// When to try a model request again and how long to wait: exponential backoff with jitter,
-// and the server's own Retry-After.
+// When to try an HTTP request again (to the model, to a remote sandbox provider) and how long
+// to wait: exponential backoff with jitter, and the server's own Retry-After.
 #pragma once
 
 #include <chrono>
@@ -8,7 +8,7 @@
 
 #include "common/units.h"
 
-namespace quarry::agent {
+namespace quarry {
 
 // 408, 429 and 5xx: the server may answer the same request later.
 bool is_retryable_status(int status);
@@ -33,4 +33,4 @@ struct BackoffPolicy {
 // together from coming back together.
 Duration backoff_delay(uint32_t retry, double random01, const BackoffPolicy& policy = {});
 
-}  // namespace quarry::agent
+}  // namespace quarry

@@ -1,4 +1,4 @@
-#include "server/daytona/multipart.h"
+#include "common/multipart.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include "common/random_id.h"
 #include "common/text.h"
 
-namespace quarry::server::daytona {
+namespace quarry {
 namespace {
 
 constexpr std::string_view kCrlf = "\r\n";
@@ -251,4 +251,4 @@ Multipart write_multipart(const std::vector<OutPart>& parts) {
   return out;
 }
 
-}  // namespace quarry::server::daytona
+}  // namespace quarry
