@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "agent/openai_protocol.h"
-#include "common/retry_policy.h"
 #include "agent/sse_parser.h"
 #include "agent/stream_assembler.h"
 #include "common/http_client.h"
+#include "common/retry_policy.h"
 #include "common/url.h"
 
 namespace quarry::agent {

@@ -11,11 +11,11 @@
 #include <spanstream>
 #include <sstream>
 
+#include "common/multipart.h"
 #include "common/text.h"
 #include "common/units.h"
 #include "config/allowlist.h"
 #include "conversation/history_json.h"
-#include "common/multipart.h"
 #include "server/router.h"
 
 namespace quarry::server::daytona {

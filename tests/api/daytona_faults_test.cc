@@ -1,0 +1,162 @@
+// Faults between the Daytona provider and a Daytona-compatible server (quarry's own, in another
+// process), made by a proxy in between (daytona_faults.py): a 502 with an empty body, 429 with
+// Retry-After, 409 while a state changes, the toolbox's 408, a hung connection, a lost answer to
+// a create, a sandbox stuck in `creating`. The provider retries or reports clearly, and no
+// sandbox is left behind: the server, asked directly, has none of the test's.
+#include <gtest/gtest.h>
+
+#include "api_environment.h"
+#include "child_process.h"
+#include "common/http_client.h"
+#include "sandbox/daytona/daytona_provider.h"
+
+namespace quarry::testing {
+namespace {
+
+using sandbox::daytona::DaytonaProvider;
+using Clock = std::chrono::steady_clock;
+
+class DaytonaFaults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<QuarryServer>(ServerOptions{.tokens = true});
+    ASSERT_TRUE(server_->started());
+    proxy_ = std::make_unique<ChildProcess>(std::vector<std::string>{
+        "/usr/bin/python3", std::string(QUARRY_SOURCE_DIR) + "/tests/api/daytona_faults.py",
+        server_->url() + "/daytona"});
+    auto listening = proxy_->line_with("listening ", std::chrono::seconds(20));
+    ASSERT_TRUE(listening);
+    proxy_url_ = "http://127.0.0.1:" + listening->substr(listening->find(' ') + 1);
+    SandboxConfig config;
+    config.provider = "daytona";
+    config.daytona.api_url = proxy_url_ + "/daytona/api";
+    config.daytona.image = "quarry";
+    config.daytona.create_timeout = std::chrono::seconds(3);
+    config.daytona.request_timeout = std::chrono::seconds(2);
+    config.daytona.max_retries = 3;
+    auto provider = DaytonaProvider::open(config, server_->token("alice"));
+    ASSERT_TRUE(provider) << provider.error().message;
+    provider_ = std::move(*provider);
+  }
+
+  // What to break next (see daytona_faults.py). The proxy's own routes go around ApiClient,
+  // which records every exchange for the check against quarry's OpenAPI document.
+  HttpResponse control(const std::string& method, const std::string& body = "") {
+    auto client = HttpClient::create({});
+    EXPECT_TRUE(client);
+    HttpRequest request;
+    request.method = method;
+    request.url = *parse_url(proxy_url_);
+    request.target = "/_faults";
+    request.headers = {{"Content-Type", "application/json"}};
+    request.body = body;
+    auto response = client->send(request);
+    EXPECT_TRUE(response) << response.error().message;
+    return response ? *response : HttpResponse{};
+  }
+  void faults(const nlohmann::json& rules) { ASSERT_EQ(control("POST", rules.dump()).status, 204); }
+  nlohmann::json hits() { return nlohmann::json::parse(control("GET").body, nullptr, false); }
+
+  // The test's sandboxes as the server lists them, asked directly.
+  size_t on_server() {
+    ApiClient direct(server_->url());
+    direct.use_token(server_->token("alice"));
+    auto listed = direct.get("/daytona/api/sandbox");
+    EXPECT_EQ(listed.status, 200) << listed.body;
+    return listed.json.value("items", nlohmann::json::array()).size();
+  }
+
+  std::string create() {
+    sandbox::SandboxSpec spec;
+    auto created = provider_->create(spec);
+    EXPECT_TRUE(created) << created.error().message << "\n" << server_->log();
+    return created ? created->id : "";
+  }
+
+  sandbox::ExecRequest echo() {
+    sandbox::ExecRequest request;
+    request.argv = {"echo", "through"};
+    request.timeout = std::chrono::seconds(20);
+    return request;
+  }
+
+  std::unique_ptr<QuarryServer> server_;
+  std::unique_ptr<ChildProcess> proxy_;
+  std::string proxy_url_;
+  std::unique_ptr<DaytonaProvider> provider_;
+};
+
+TEST_F(DaytonaFaults, TransientAnswersAreRetriedAndPersistentOnesReported) {
+  // 429 on the create, honouring Retry-After (1 s); 502 with an empty body twice on a command.
+  faults({{{"method", "POST"}, {"path", "/api/sandbox"}, {"action", "429"}, {"times", 1}},
+          {{"path", "/process/execute"}, {"action", "502"}, {"times", 2}}});
+  const auto started = Clock::now();
+  const auto id = create();
+  ASSERT_FALSE(id.empty());
+  EXPECT_GE(Clock::now() - started, std::chrono::milliseconds(900)) << "Retry-After: 1";
+  auto ran = provider_->exec(id, echo());
+  ASSERT_TRUE(ran) << ran.error().message;
+  EXPECT_EQ(ran->stdout_text, "through\n");
+  EXPECT_EQ(hits().size(), 3u);
+
+  // Always 502: given up after the retries, said as the sandbox being unavailable.
+  faults({{{"path", "/process/execute"}, {"action", "502"}, {"times", -1}}});
+  auto refused = provider_->exec(id, echo());
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(refused.error().message.find("gave up after 4 attempts"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("502 HTTP 502 with an empty body"), std::string::npos)
+      << refused.error().message;
+
+  // The toolbox's 408 is the command's timeout, not an error.
+  faults({{{"path", "/process/execute"}, {"action", "408"}, {"times", 1}}});
+  auto late = provider_->exec(id, echo());
+  ASSERT_TRUE(late) << late.error().message;
+  EXPECT_TRUE(late->timed_out);
+
+  // 409 while a state changes: the delete is sent again until it is taken.
+  faults({{{"method", "DELETE"}, {"path", "/api/sandbox/"}, {"action", "409"}, {"times", 2}}});
+  ASSERT_TRUE(provider_->destroy(id));
+  EXPECT_EQ(on_server(), 0u);
+}
+
+TEST_F(DaytonaFaults, AHungConnectionTimesOutAndIsTriedAgain) {
+  const auto id = create();
+  ASSERT_FALSE(id.empty());
+  faults({{{"method", "GET"}, {"path", "/api/sandbox/"}, {"action", "hang"}, {"times", 1}}});
+  const auto started = Clock::now();
+  auto alive = provider_->is_alive(id);
+  ASSERT_TRUE(alive) << alive.error().message;
+  EXPECT_TRUE(*alive);
+  EXPECT_GE(Clock::now() - started, std::chrono::milliseconds(1900)) << "request_timeout: 2s";
+  ASSERT_TRUE(provider_->destroy(id));
+}
+
+TEST_F(DaytonaFaults, ALostCreateAnswerIsFoundByItsLabelAndNothingLeaks) {
+  // The server makes the sandbox, the answer never comes: found by its quarry.create label.
+  faults({{{"method", "POST"}, {"path", "/api/sandbox"}, {"action", "drop"}, {"times", 1}}});
+  const auto id = create();
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(on_server(), 1u) << "one sandbox, not a second one made by a retry";
+  auto ran = provider_->exec(id, echo());
+  ASSERT_TRUE(ran) << ran.error().message;
+  ASSERT_TRUE(provider_->destroy(id));
+  EXPECT_EQ(on_server(), 0u);
+}
+
+TEST_F(DaytonaFaults, ASandboxStuckInCreatingIsDeletedAndReported) {
+  faults({{{"method", "GET"}, {"path", "/api/sandbox/"}, {"action", "creating"}, {"times", -1}}});
+  const auto started = Clock::now();
+  auto created = provider_->create({});
+  ASSERT_FALSE(created);
+  EXPECT_EQ(created.error().code, ErrorCode::kDeadlineExceeded);
+  EXPECT_NE(created.error().message.find("was still 'creating' after 3s"), std::string::npos)
+      << created.error().message;
+  EXPECT_LT(Clock::now() - started, std::chrono::seconds(30));
+  faults(nlohmann::json::array());
+  EXPECT_EQ(on_server(), 0u) << "the stuck sandbox was deleted";
+}
+
+}  // namespace
+}  // namespace quarry::testing
