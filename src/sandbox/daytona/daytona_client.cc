@@ -116,7 +116,10 @@ Result<HttpResponse> DaytonaClient::send(const Call& call,
     if (!response) {
       // A broken connection: the server may have done it. Only calls that may be repeated are.
       failure = response.error().with_context(fmt::format("daytona: {}", where));
-      if (!call.retry || response.error().code != ErrorCode::kUnavailable) {
+      // A hung server counts as one too: the call is cut at its deadline and sent again.
+      const ErrorCode code = response.error().code;
+      if (!call.retry ||
+          (code != ErrorCode::kUnavailable && code != ErrorCode::kDeadlineExceeded)) {
         return std::unexpected(std::move(failure));
       }
     } else {
