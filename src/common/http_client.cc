@@ -65,9 +65,11 @@ class Exchange {
  public:
   Exchange(const HttpClientOptions& options, net::ssl::context& tls, const HttpRequest& request)
       : options_(options), tls_context_(tls), request_(request) {
+    if (request.max_body_bytes > 0) options_.max_body_bytes = request.max_body_bytes;
+    if (request.timeout.count() > 0) options_.timeout = request.timeout;
     const auto start = std::chrono::steady_clock::now();
-    connect_limit_ = std::min(options.connect_timeout, options.timeout);
-    deadline_ = start + options.timeout;
+    connect_limit_ = std::min(options_.connect_timeout, options_.timeout);
+    deadline_ = start + options_.timeout;
     connect_deadline_ = start + connect_limit_;
   }
 
@@ -316,7 +318,7 @@ class Exchange {
     return response;
   }
 
-  const HttpClientOptions& options_;
+  HttpClientOptions options_;  // the client's, with the request's own limits
   net::ssl::context& tls_context_;
   const HttpRequest& request_;
   Duration connect_limit_;

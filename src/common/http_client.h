@@ -28,6 +28,9 @@ struct HttpRequest {
   // the rest here.
   std::vector<HttpHeader> headers;
   std::string body;
+  // This request's own limits instead of the client's (HttpClientOptions): zero for theirs.
+  Duration timeout{};
+  uint64_t max_body_bytes = 0;
 };
 
 struct HttpResponse {

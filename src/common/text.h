@@ -16,4 +16,8 @@ std::string ascii_lower(std::string_view text);
 // `text` without the spaces and tabs at either end (an HTTP header's value).
 std::string_view trim_blanks(std::string_view text);
 
+// `word` as one word of a POSIX shell's command line: as it is when it has only characters the
+// shell takes literally, else in single quotes (a quote inside as '\'').
+std::string shell_quote(std::string_view word);
+
 }  // namespace quarry

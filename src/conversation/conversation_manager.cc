@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/random_id.h"
+#include "common/text.h"
 #include "common/units.h"
 
 namespace quarry::conversation {
@@ -25,17 +26,7 @@ std::string command_line(const std::vector<std::string>& argv) {
   std::string line;
   for (const auto& arg : argv) {
     if (!line.empty()) line += ' ';
-    const bool plain = !arg.empty() && arg.find_first_not_of(
-                                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                           "0123456789-_./=:,+@%") == std::string::npos;
-    if (plain) {
-      line += arg;
-      continue;
-    }
-    line += '\'';
-    for (char c : arg)
-      line += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    line += '\'';
+    line += shell_quote(arg);
   }
   return line;
 }

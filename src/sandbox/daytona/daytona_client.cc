@@ -75,18 +75,18 @@ std::string error_message(int status, std::string_view body) {
   return start;
 }
 
-DaytonaClient::DaytonaClient(ClientOptions options) : options_(std::move(options)) {}
+DaytonaClient::DaytonaClient(ClientOptions options, HttpClient http)
+    : options_(std::move(options)), http_(std::move(http)) {}
 
 Result<DaytonaClient> DaytonaClient::create(ClientOptions options) {
   if (options.api_key.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "the Daytona API key is empty");
   }
   // The CA file is read now, so a bad one fails at start and not at the first sandbox.
-  ASSIGN_OR_RETURN(auto probe, HttpClient::create({.connect_timeout = options.connect_timeout,
-                                                   .timeout = options.request_timeout,
-                                                   .ca_file = options.ca_file}));
-  (void)probe;
-  return DaytonaClient(std::move(options));
+  ASSIGN_OR_RETURN(auto http, HttpClient::create({.connect_timeout = options.connect_timeout,
+                                                  .timeout = options.request_timeout,
+                                                  .ca_file = options.ca_file}));
+  return DaytonaClient(std::move(options), std::move(http));
 }
 
 Result<HttpResponse> DaytonaClient::send(const Call& call,
@@ -100,17 +100,13 @@ Result<HttpResponse> DaytonaClient::send(const Call& call,
                      {"X-Daytona-Source", "quarry"}};
   if (!call.content_type.empty()) request.headers.push_back({"Content-Type", call.content_type});
   request.body = call.body;
-  const Duration timeout = call.timeout.count() > 0 ? call.timeout : options_.request_timeout;
-  ASSIGN_OR_RETURN(auto client, HttpClient::create(
-                                    {.connect_timeout = options_.connect_timeout,
-                                     .timeout = timeout,
-                                     .ca_file = options_.ca_file,
-                                     .max_body_bytes = call.max_body ? call.max_body : 64 * kMiB}));
+  request.timeout = call.timeout;
+  request.max_body_bytes = call.max_body;
   // Where the call went, for messages: never with the key.
   const std::string where = fmt::format(
       "{} {}", call.method, call.base->to_string() + call.path.substr(0, call.path.find('?')));
   for (uint32_t attempt = 0;; ++attempt) {
-    auto response = client.send(request);
+    auto response = http_.send(request);
     std::optional<Duration> wait;
     Error failure;
     if (!response) {

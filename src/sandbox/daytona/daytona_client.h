@@ -79,13 +79,14 @@ class DaytonaClient {
     bool retry = true;      // false: only when the server surely did nothing (429)
     uint64_t max_body = 0;  // kept of the answer; default: the client's
   };
-  explicit DaytonaClient(ClientOptions options);
+  DaytonaClient(ClientOptions options, HttpClient http);
   // The answer to `call`, after the retries it allows; an error for a status >= 400 unless
   // `expected` holds it (e.g. 404, 408).
   Result<HttpResponse> send(const Call& call, std::initializer_list<int> expected = {}) const;
   Result<nlohmann::json> send_json(const Call& call) const;
 
   ClientOptions options_;
+  HttpClient http_;  // one for every call: each sets its own deadline and body limit
 };
 
 // Daytona's error body ({statusCode, error, message}) as one line: the message (or messages),

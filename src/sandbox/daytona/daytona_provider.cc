@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/random_id.h"
+#include "common/text.h"
 
 namespace quarry::sandbox::daytona {
 
@@ -30,18 +31,6 @@ constexpr size_t kMaxDepth = 32;
 constexpr auto kListTime = std::chrono::seconds(30);
 // What a file written into a sandbox may be: it travels in one request body.
 constexpr uint64_t kMaxUpload = 2ULL << 30;
-
-std::string shell_quote(std::string_view text) {
-  std::string out = "'";
-  for (char c : text) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
 
 int whole_minutes(Duration duration) {
   return static_cast<int>(std::chrono::ceil<std::chrono::minutes>(duration).count());
