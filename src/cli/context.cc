@@ -23,15 +23,24 @@ std::filesystem::path Context::cache_dir() const {
   return resolve_cache_dir(options_.cache_dir);
 }
 
-Result<sandbox::local::LocalProvider*> Context::provider() {
-  if (!provider_) {
+Result<sandbox::local::LocalProvider*> Context::local_provider() {
+  if (!local_provider_) {
     ASSIGN_OR_RETURN(const Config* config, this->config());
     ASSIGN_OR_RETURN(
-        provider_,
+        local_provider_,
         sandbox::local::LocalProvider::open(
             config->sandbox, {state_dir(), cache_dir(), {}, config->capacity.overcommit, {}}));
   }
-  return provider_.get();
+  return local_provider_.get();
+}
+
+Result<sandbox::SandboxProvider*> Context::provider() {
+  ASSIGN_OR_RETURN(const Config* config, this->config());
+  if (config->sandbox.provider == "local") return local_provider();
+  if (!remote_provider_) {
+    ASSIGN_OR_RETURN(remote_provider_, open_remote_(*this));
+  }
+  return remote_provider_.get();
 }
 
 Result<conversation::HistoryStore*> Context::history() {

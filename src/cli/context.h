@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,12 +24,23 @@ struct GlobalOptions {
   std::string log_level = "warn";
 };
 
+class Context;
+
+// Opens a provider other than the local one (sandbox.provider: daytona). quarry-data links
+// those providers and opens them; quarry hands the command to quarry-data instead (cli/main.cc).
+using RemoteProviderOpener =
+    std::function<Result<std::unique_ptr<sandbox::SandboxProvider>>(Context&)>;
+
 class Context {
  public:
-  explicit Context(const GlobalOptions& options) : options_(options) {}
+  Context(const GlobalOptions& options, RemoteProviderOpener open_remote)
+      : options_(options), open_remote_(std::move(open_remote)) {}
 
   Result<const Config*> config();
-  Result<sandbox::local::LocalProvider*> provider();
+  // The provider sandbox.provider names: where sandbox commands and conversations run.
+  Result<sandbox::SandboxProvider*> provider();
+  // The local provider, whichever is configured: images and snapshots are the local ones.
+  Result<sandbox::local::LocalProvider*> local_provider();
   // The conversation history, <state>/history.db.
   Result<conversation::HistoryStore*> history();
   std::filesystem::path state_dir() const;
@@ -36,8 +48,10 @@ class Context {
 
  private:
   const GlobalOptions& options_;
+  RemoteProviderOpener open_remote_;
   std::optional<Config> config_;
-  std::unique_ptr<sandbox::local::LocalProvider> provider_;
+  std::unique_ptr<sandbox::local::LocalProvider> local_provider_;
+  std::unique_ptr<sandbox::SandboxProvider> remote_provider_;
   SystemClock clock_;
   std::unique_ptr<conversation::SqliteHistoryStore> history_;
 };

@@ -43,6 +43,8 @@ class DataCommands {
   virtual int db_export(Context& context, const DbOptions& options) = 0;
   virtual int ask(Context& context, const AskOptions& options) = 0;
   virtual int serve(Context& context, const ServeOptions& options) = 0;
+  // The provider sandbox.provider names when it is remote (Context::provider).
+  virtual Result<std::unique_ptr<sandbox::SandboxProvider>> remote_provider(Context& context) = 0;
 };
 
 }  // namespace quarry::cli

@@ -25,17 +25,25 @@ class HandOver final : public DataCommands {
   int db_export(Context&, const DbOptions&) override { return hand_over(); }
   int ask(Context&, const AskOptions&) override { return hand_over(); }
   int serve(Context&, const ServeOptions&) override { return hand_over(); }
+  // A remote provider's commands (sandbox.provider: daytona) run in quarry-data too, which
+  // links the HTTP client.
+  Result<std::unique_ptr<sandbox::SandboxProvider>> remote_provider(Context&) override {
+    return std::unexpected(exec_data());
+  }
 
  private:
+  int hand_over() const { return report(exec_data()); }
+
   // Returns only if quarry-data could not be run.
-  int hand_over() const {
+  Error exec_data() const {
     const auto data_binary = this_executable().parent_path() / "quarry-data";
     ::execv(data_binary.c_str(), argv_);
     const int error = errno;
-    return report(Error{ErrorCode::kFailedPrecondition,
-                        fmt::format("cannot run '{}': {}; quarry runs db, ask and serve through "
-                                    "quarry-data, which the build puts beside quarry",
-                                    data_binary.string(), strerrordesc_np(error))});
+    return Error{ErrorCode::kFailedPrecondition,
+                 fmt::format("cannot run '{}': {}; quarry runs db, ask, serve and the commands "
+                             "of a remote sandbox provider through quarry-data, which the build "
+                             "puts beside quarry",
+                             data_binary.string(), strerrordesc_np(error))};
   }
 
   char** argv_;

@@ -3,13 +3,15 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <iostream>
 
 #include "cli/cancel_signals.h"
 #include "cli/commands.h"
 #include "common/units.h"
-#include "sandbox/local/state.h"
+#include "sandbox/local/local_provider.h"
 #include "sandbox/metering.h"
 
 namespace quarry::cli {
@@ -170,12 +172,16 @@ std::string label_text(const Labels& labels) {
   return parts.empty() ? "-" : fmt::format("{}", fmt::join(parts, ","));
 }
 
-// "ID:/path" names a file in a sandbox; anything else is a host path.
+// "ID:/path" names a file in a sandbox; anything else is a host path. An id is letters, digits
+// and '-' (a local sandbox's 12 hex digits, a Daytona sandbox's UUID), so "./a:b" is a host path.
 std::optional<std::pair<std::string, std::string>> sandbox_path(const std::string& text) {
   auto colon = text.find(':');
-  if (colon == std::string::npos) return std::nullopt;
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
   std::string id = text.substr(0, colon);
-  if (!sandbox::local::valid_sandbox_id(id)) return std::nullopt;
+  const bool an_id = std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
+  });
+  if (!an_id) return std::nullopt;
   return std::pair{id, text.substr(colon + 1)};
 }
 
@@ -307,14 +313,20 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
       nlohmann::json network = {{"mode", "none"}};
       if (info.network.mode != NetworkMode::kAllowlist) return network;
       network = {{"mode", "allowlist"}, {"allow", info.network.allow}};
-      if (auto counted = (*provider)->network_activity(info.id)) {
+      // The local provider's proxy counts what it let through and refused; a remote engine
+      // does not say.
+      auto* local = dynamic_cast<sandbox::local::LocalProvider*>(*provider);
+      if (local == nullptr) return network;
+      if (auto counted = local->network_activity(info.id)) {
         network["allowed"] = counted->allowed;
         network["denied"] = counted->denied;
       }
       return network;
     };
-    auto network_text = [](const nlohmann::json& network) -> std::string {
+    const bool local = dynamic_cast<sandbox::local::LocalProvider*>(*provider) != nullptr;
+    auto network_text = [&](const nlohmann::json& network) -> std::string {
       if (network["mode"] == "none") return "none";
+      if (!local) return "allowlist";
       if (!network.contains("denied")) return "allowlist (proxy down)";
       return fmt::format("allowlist ({} refused)", network["denied"].get<uint64_t>());
     };
@@ -339,11 +351,14 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
       std::cout << list.dump(2) << std::endl;
       return;
     }
-    std::cout << fmt::format("{:<14}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{:<24}{}\n", "ID", "STATE",
-                             "AGE", "CPUS", "MEMORY", "DISK", "PIDS", "NETWORK", "LABELS");
+    size_t id_width = 14;  // a local id and two spaces; a Daytona UUID is longer
+    for (const auto& info : *found)
+      id_width = std::max(id_width, info.id.size() + 2);
+    std::cout << fmt::format("{:<{}}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{:<24}{}\n", "ID", id_width,
+                             "STATE", "AGE", "CPUS", "MEMORY", "DISK", "PIDS", "NETWORK", "LABELS");
     for (const auto& info : *found) {
       std::cout << fmt::format(
-          "{:<14}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{:<24}{}\n", info.id,
+          "{:<{}}{:<9}{:<6}{:<6}{:<10}{:<10}{:<6}{:<24}{}\n", info.id, id_width,
           info.state == sandbox::SandboxState::kRunning ? "running" : "stopped",
           age(info.created_at), info.resources.cpus, format_size(info.resources.memory_bytes),
           format_size(info.resources.disk_bytes), info.resources.pids,

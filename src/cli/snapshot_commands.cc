@@ -70,7 +70,7 @@ std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& cont
   create->add_flag("--stop-commands", create_stop,
                    "stop the commands running in the sandbox first (they could be writing)");
   create->callback([&] {
-    auto provider = context.provider();
+    auto provider = context.local_provider();
     if (!provider) return void(exit_code = report(provider.error()));
     auto made = (*provider)->snapshot(create_sandbox, create_name, create_stop);
     if (!made) return void(exit_code = report(made.error()));
@@ -82,7 +82,7 @@ std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& cont
   auto* ls = group->add_subcommand("ls", "list snapshots");
   ls->add_flag("--json", ls_json, "print a JSON array");
   ls->callback([&] {
-    auto provider = context.provider();
+    auto provider = context.local_provider();
     if (!provider) return void(exit_code = report(provider.error()));
     auto found = (*provider)->snapshots();
     if (!found) return void(exit_code = report(found.error()));
@@ -117,7 +117,7 @@ std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& cont
   auto* rm = group->add_subcommand("rm", "remove snapshots no sandbox uses");
   rm->add_option("names", rm_names, "snapshot names")->required();
   rm->callback([&] {
-    auto provider = context.provider();
+    auto provider = context.local_provider();
     if (!provider) return void(exit_code = report(provider.error()));
     for (const auto& name : rm_names) {
       if (auto removed = (*provider)->remove_snapshot(name); !removed) {
@@ -133,7 +133,7 @@ std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& cont
       "remove the snapshots no sandbox has used for longer than sandbox.snapshots keeps them "
       "(keep_unused for package snapshots, keep_unused_named for the others)");
   gc->callback([&] {
-    auto provider = context.provider();
+    auto provider = context.local_provider();
     if (!provider) return void(exit_code = report(provider.error()));
     auto collected = (*provider)->collect_snapshots();
     if (!collected) return void(exit_code = report(collected.error()));

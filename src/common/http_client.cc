@@ -309,8 +309,8 @@ class Exchange {
       if (on_body) {
         RETURN_IF_ERROR(on_body(response, piece));
       } else if (response.body.size() + size > options_.max_body_bytes) {
-        return make_error(ErrorCode::kInternal, "{} sent an answer larger than {}", where(),
-                          format_size(options_.max_body_bytes));
+        return make_error(ErrorCode::kResourceExhausted, "{} sent an answer larger than {}",
+                          where(), format_size(options_.max_body_bytes));
       } else {
         response.body.append(piece);
       }

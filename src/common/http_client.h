@@ -47,7 +47,7 @@ struct HttpClientOptions {
   Duration timeout = std::chrono::seconds(60);  // the whole exchange, to the body's last byte
   // A PEM file of CA certificates to trust for https; empty: the system's store.
   std::string ca_file;
-  // A body kept in HttpResponse::body longer than this is an error.
+  // A body kept in HttpResponse::body longer than this is an error (kResourceExhausted).
   uint64_t max_body_bytes = 64 * kMiB;
 };
 

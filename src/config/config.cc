@@ -173,12 +173,62 @@ bool valid_variable_name(std::string_view name) {
   return valid && (name.empty() || !std::isdigit(static_cast<unsigned char>(name.front())));
 }
 
+Result<void> parse_daytona_accounts(const Walker& walk, const YAML::Node& node,
+                                    DaytonaConfig& out) {
+  constexpr std::string_view kExample =
+      "e.g. 'accounts: [{name: team-a, api_key_env: DAYTONA_KEY_A, max_sandboxes: 8}]'";
+  if (!node.IsSequence()) {
+    return walk.fail(node, "sandbox.daytona.accounts", "must list the accounts, {}", kExample);
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    const auto& entry = node[i];
+    const std::string path = fmt::format("sandbox.daytona.accounts[{}]", i);
+    if (!entry.IsMap()) {
+      return walk.fail(entry, path, "must be a map with name, api_key_env and max_sandboxes, {}",
+                       kExample);
+    }
+    RETURN_IF_ERROR(walk.check_map(entry, path, {"name", "api_key_env", "max_sandboxes"}));
+    DaytonaConfig::Account account;
+    for (auto [key, field] :
+         {std::pair{"name", &account.name}, {"api_key_env", &account.api_key_env}}) {
+      if (!entry[key]) return walk.fail(entry, path, "needs {}, {}", key, kExample);
+      ASSIGN_OR_RETURN(*field, walk.scalar(entry[key], fmt::format("{}.{}", path, key)));
+    }
+    const bool valid_name =
+        !account.name.empty() && std::all_of(account.name.begin(), account.name.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+        });
+    if (!valid_name) {
+      return walk.fail(entry["name"], path + ".name",
+                       "'{}' is not an account name (letters, digits, '-', '_', '.')",
+                       account.name);
+    }
+    for (const auto& earlier : out.accounts) {
+      if (earlier.name == account.name) {
+        return walk.fail(entry["name"], path + ".name", "account '{}' is listed twice",
+                         account.name);
+      }
+    }
+    if (!valid_variable_name(account.api_key_env) || account.api_key_env.empty()) {
+      return walk.fail(entry["api_key_env"], path + ".api_key_env",
+                       "'{}' is not an environment variable name (letters, digits, '_')",
+                       account.api_key_env);
+    }
+    if (auto value = entry["max_sandboxes"]) {
+      ASSIGN_OR_RETURN(auto max, walk.count(value, path + ".max_sandboxes", 1, 10000));
+      account.max_sandboxes = static_cast<uint32_t>(max);
+    }
+    out.accounts.push_back(std::move(account));
+  }
+  return {};
+}
+
 Result<void> parse_daytona(const Walker& walk, const YAML::Node& node, DaytonaConfig& out) {
   RETURN_IF_ERROR(
       walk.check_map(node, "sandbox.daytona",
                      {"api_url", "api_key_env", "target", "snapshot", "image", "auto_stop",
                       "auto_delete", "labels", "create_timeout", "delete_timeout",
-                      "request_timeout", "connect_timeout", "max_retries", "ca_file"}));
+                      "request_timeout", "connect_timeout", "max_retries", "ca_file", "accounts"}));
   if (node.IsNull()) return {};
   if (auto value = node["api_url"]) {
     ASSIGN_OR_RETURN(out.api_url, walk.scalar(value, "sandbox.daytona.api_url"));
@@ -239,6 +289,14 @@ Result<void> parse_daytona(const Walker& walk, const YAML::Node& node, DaytonaCo
                          "'{}': labels starting with 'quarry.' are quarry's own", name);
       }
       out.labels[name] = value;
+    }
+  }
+  if (auto accounts = node["accounts"]) {
+    RETURN_IF_ERROR(parse_daytona_accounts(walk, accounts, out));
+    if (node["api_key_env"] && !out.accounts.empty()) {
+      return walk.fail(node["api_key_env"], "sandbox.daytona.api_key_env",
+                       "each of sandbox.daytona.accounts names its own key's variable; remove "
+                       "api_key_env, or the accounts for one key");
     }
   }
   return {};
@@ -599,6 +657,18 @@ Result<void> check_capacity(const Walker& walk, const YAML::Node& root, const Co
     return walk.fail(root["capacity"]["accounts"], "capacity.accounts",
                      "the local provider has a single account; several accounts are for a "
                      "remote provider");
+  }
+  const auto& daytona_accounts = config.sandbox.daytona.accounts;
+  if (config.sandbox.provider == "daytona" && !daytona_accounts.empty() &&
+      !capacity.accounts.empty()) {
+    return walk.fail(root["capacity"]["accounts"], "capacity.accounts",
+                     "the Daytona accounts and their limits are sandbox.daytona.accounts (each "
+                     "with max_sandboxes); remove capacity.accounts");
+  }
+  if (config.sandbox.provider == "daytona" && capacity.accounts.size() > 1) {
+    return walk.fail(root["capacity"]["accounts"], "capacity.accounts",
+                     "several Daytona accounts need keys of their own: list them under "
+                     "sandbox.daytona.accounts with name, api_key_env and max_sandboxes");
   }
   return {};
 }

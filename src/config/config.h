@@ -80,6 +80,15 @@ struct DaytonaConfig {
   Duration connect_timeout = std::chrono::seconds(10);
   uint32_t max_retries = 4;  // of a call that failed in a way worth trying again
   std::string ca_file;       // PEM CA certificates for https; empty: the system's
+  // Several accounts (organisations, or keys with quotas of their own), each with its key's
+  // variable and the most sandboxes quarry keeps in it (0: no more than capacity.max_sandboxes).
+  // New sandboxes go to the account with most room; empty: one account, api_key_env's.
+  struct Account {
+    std::string name;
+    std::string api_key_env;
+    uint32_t max_sandboxes = 0;
+  };
+  std::vector<Account> accounts;
 };
 
 struct SandboxConfig {

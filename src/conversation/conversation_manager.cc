@@ -71,10 +71,19 @@ ManagerOptions manager_options(const Config& config) {
   options.capacity.queue_timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(capacity.queue_timeout);
   options.capacity.warm_min_idle = static_cast<int>(capacity.warm_pool.min_idle);
-  options.account_max_sandboxes = static_cast<int>(capacity.max_sandboxes);
+  const int total = static_cast<int>(capacity.max_sandboxes);
+  options.accounts = {{"local", total}};
   if (!capacity.accounts.empty()) {
-    options.account = capacity.accounts.front().first;
-    options.account_max_sandboxes = static_cast<int>(capacity.accounts.front().second);
+    options.accounts = {
+        {capacity.accounts.front().first, static_cast<int>(capacity.accounts.front().second)}};
+  }
+  if (config.sandbox.provider == "daytona" && !config.sandbox.daytona.accounts.empty()) {
+    options.accounts.clear();
+    for (const auto& account : config.sandbox.daytona.accounts) {
+      options.accounts.emplace_back(account.name, account.max_sandboxes > 0
+                                                      ? static_cast<int>(account.max_sandboxes)
+                                                      : total);
+    }
   }
   return options;
 }
@@ -91,10 +100,23 @@ ConversationManager::ConversationManager(sandbox::SandboxProvider& provider, His
   capacity.spec.labels[std::string(kInstanceLabel)] = options_.instance_id;
   capacity.spec.labels[std::string(kBootLabel)] = boot_id_;
   capacity.prepare = options_.prepare;
-  scheduler_ = std::make_unique<capacity::Scheduler>(
-      std::vector<capacity::Account>{
-          {options_.account, &provider_, options_.account_max_sandboxes}},
-      std::move(capacity));
+  std::vector<capacity::Account> accounts;
+  if (auto several = provider_.accounts(); !several.empty()) {
+    for (const auto& [name, provider] : several) {
+      int max = options_.capacity.max_sandboxes;
+      for (const auto& [limited, limit] : options_.accounts) {
+        if (limited == name) max = limit;
+      }
+      accounts.push_back({name, provider, max});
+    }
+  } else {
+    const auto [name, max] =
+        options_.accounts.empty()
+            ? std::pair<std::string, int>{"local", options_.capacity.max_sandboxes}
+            : options_.accounts.front();
+    accounts.push_back({name, &provider_, max});
+  }
+  scheduler_ = std::make_unique<capacity::Scheduler>(std::move(accounts), std::move(capacity));
   scheduler_->set_evict([this](const std::string& conversation_id, const std::string& sandbox_id) {
     return evict(conversation_id, sandbox_id);
   });

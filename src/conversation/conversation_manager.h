@@ -44,8 +44,9 @@ struct ManagerOptions {
   std::chrono::milliseconds idle_timeout = std::chrono::minutes(15);
   // How many sandboxes there may be and how they are shared (spec and prepare come from above).
   capacity::SchedulerOptions capacity;
-  std::string account = "local";  // the provider account's name
-  int account_max_sandboxes = 16;
+  // The provider's accounts (name, most sandboxes in it): the one of a provider that is one
+  // account, or the limits of those SandboxProvider::accounts names (others get max_sandboxes).
+  std::vector<std::pair<std::string, int>> accounts = {{"local", 16}};
 };
 
 // The options `config` gives: its instance id, sandbox resources and network, idle timeout,

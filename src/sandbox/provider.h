@@ -202,6 +202,10 @@ class SandboxProvider {
   virtual Result<bool> is_alive(std::string_view id) = 0;
   // Every sandbox whose labels include all of `labels` (all sandboxes for an empty map).
   virtual Result<std::vector<SandboxInfo>> find(const Labels& labels) = 0;
+
+  // The accounts new sandboxes are made in, by name, when this provider stands for several
+  // (each with a quota the scheduler keeps to); empty: the provider is one account.
+  virtual std::vector<std::pair<std::string, SandboxProvider*>> accounts() { return {}; }
 };
 
 }  // namespace quarry::sandbox

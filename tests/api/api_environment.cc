@@ -136,7 +136,7 @@ QuarryServer::QuarryServer(ServerOptions options) {
       "  url: \"{}\"\n"
       "{}"
       "conversations:\n"
-      "  instance_id: api-test\n"
+      "  instance_id: {}\n"
       "model:\n"
       "{}"
       "server:\n"
@@ -146,9 +146,11 @@ QuarryServer::QuarryServer(ServerOptions options) {
       options.sandbox_config,
       options.database_url.empty() ? PostgresEnvironment::get().server().reader_conninfo
                                    : options.database_url,
-      options.database_config, model, tokens_file_.string(), options.server_config,
+      options.database_config, options.instance_id, model, tokens_file_.string(),
+      options.server_config,
       options.capacity_config.empty() ? "" : "capacity:\n" + options.capacity_config);
   user_suffix_ = fmt::format("-{}", counter);
+  env_ = options.env;
   if (options.tokens) {
     for (const char* name : {"alice", "bob"}) {
       std::string output;
@@ -157,12 +159,10 @@ QuarryServer::QuarryServer(ServerOptions options) {
     }
   }
 
-  process_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{SandboxEnvironment::get().quarry_binary().string(), "--config",
-                               config_.string(), "--state-dir", sandboxes.state_dir().string(),
-                               "--cache-dir", sandboxes.cache_dir().string(), "serve", "--listen",
-                               options.listen},
-      log_);
+  process_ =
+      std::make_unique<ChildProcess>(quarry_argv({"--cache-dir", sandboxes.cache_dir().string(),
+                                                  "serve", "--listen", options.listen}),
+                                     log_);
   const std::string line = process_->line().value_or("");
   constexpr std::string_view kReady = "quarry is serving on ";
   if (!line.starts_with(kReady)) {
@@ -208,11 +208,24 @@ std::string QuarryServer::log() const {
   return text ? *text : "";
 }
 
-int QuarryServer::quarry(const std::vector<std::string>& args, std::string* output) const {
+std::vector<std::string> QuarryServer::quarry_argv(const std::vector<std::string>& args) const {
   auto& sandboxes = SandboxEnvironment::get();
-  std::vector<std::string> argv = {sandboxes.quarry_binary().string(), "--config", config_.string(),
-                                   "--state-dir", sandboxes.state_dir().string()};
+  std::vector<std::string> argv;
+  if (!env_.empty()) {
+    argv.push_back("/usr/bin/env");
+    argv.insert(argv.end(), env_.begin(), env_.end());
+  }
+  for (const auto& word :
+       {sandboxes.quarry_binary().string(), std::string("--config"), config_.string(),
+        std::string("--state-dir"), sandboxes.state_dir().string()}) {
+    argv.push_back(word);
+  }
   argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+int QuarryServer::quarry(const std::vector<std::string>& args, std::string* output) const {
+  const auto argv = quarry_argv(args);
   auto ran = run_command(argv);
   if (ran) {
     if (output) *output = ran->output;

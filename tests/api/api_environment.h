@@ -63,7 +63,10 @@ struct ServerOptions {
   std::string database_config{};  // more YAML lines under "database:", each indented two spaces
   std::string model_config{};     // instead of the scripted model: YAML lines under "model:"
   std::string capacity_config{};  // YAML lines under "capacity:", each indented two spaces
-  bool expect_start = true;       // false: the server is to refuse to start
+  std::string instance_id = "api-test";  // conversations.instance_id
+  // KEY=VALUE set in the environment of the server and of quarry() (e.g. a Daytona key).
+  std::vector<std::string> env{};
+  bool expect_start = true;  // false: the server is to refuse to start
 };
 
 // A `quarry serve` process of the test; stopped with SIGKILL when it goes out of scope, unless
@@ -92,9 +95,11 @@ class QuarryServer {
   // What the server wrote on stderr so far.
   std::string log() const;
 
-  // Runs the quarry command line with this server's config (e.g. {"token", "rm", "bob"}).
-  // Returns its exit status; `output` receives stdout and stderr.
+  // Runs the quarry command line with this server's config and environment (e.g. {"token",
+  // "rm", "bob"}). Returns its exit status; `output` receives stdout and stderr.
   int quarry(const std::vector<std::string>& args, std::string* output = nullptr) const;
+  // The argv that runs the quarry command line so (for a ChildProcess).
+  std::vector<std::string> quarry_argv(const std::vector<std::string>& args) const;
 
  private:
   std::filesystem::path dir_;
@@ -103,6 +108,7 @@ class QuarryServer {
   std::filesystem::path log_;
   std::map<std::string, std::string> tokens_;
   std::string user_suffix_;
+  std::vector<std::string> env_;
   std::unique_ptr<ChildProcess> process_;
   std::string url_;
 };

@@ -5,6 +5,8 @@
 
 #include <fstream>
 
+#include "conversation/conversation_manager.h"
+
 namespace quarry {
 namespace {
 
@@ -155,6 +157,38 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "sandbox.daytona.labels: 'quarry.boot': labels starting with 'quarry.' are quarry's own"},
       {"daytona key variable", "sandbox:\n  daytona: {api_key_env: 'my key'}\n",
        "sandbox.daytona.api_key_env: 'my key' is not an environment variable name"},
+      {"daytona accounts as a map", "sandbox:\n  daytona:\n    accounts: {a: {max_sandboxes: 2}}\n",
+       "config.yml:3: sandbox.daytona.accounts: must list the accounts, e.g. 'accounts: [{name: "
+       "team-a, api_key_env: DAYTONA_KEY_A, max_sandboxes: 8}]'"},
+      {"daytona account without a key",
+       "sandbox:\n  daytona:\n    accounts:\n      - {name: a, max_sandboxes: 2}\n",
+       "config.yml:4: sandbox.daytona.accounts[0]: needs api_key_env"},
+      {"daytona account named twice",
+       "sandbox:\n  daytona:\n    accounts:\n      - {name: a, api_key_env: KEY_A}\n"
+       "      - {name: a, api_key_env: KEY_B}\n",
+       "config.yml:5: sandbox.daytona.accounts[1].name: account 'a' is listed twice"},
+      {"daytona account's unknown key",
+       "sandbox:\n  daytona:\n    accounts:\n      - {name: a, api_key_env: K, quota: 2}\n",
+       "sandbox.daytona.accounts[0].quota: unknown key (known keys here: name, api_key_env, "
+       "max_sandboxes)"},
+      {"daytona account of no sandboxes",
+       "sandbox:\n  daytona:\n    accounts:\n      - {name: a, api_key_env: K, max_sandboxes: 0}\n",
+       "sandbox.daytona.accounts[0].max_sandboxes: 0 is out of range (allowed: 1 to 10000)"},
+      {"daytona accounts and one key",
+       "sandbox:\n  daytona:\n    api_key_env: K\n    accounts:\n      - {name: a, api_key_env: "
+       "K}\n",
+       "sandbox.daytona.api_key_env: each of sandbox.daytona.accounts names its own key's "
+       "variable"},
+      {"daytona accounts and capacity accounts",
+       "sandbox:\n  provider: daytona\n  daytona:\n    api_url: http://127.0.0.1:1/api\n"
+       "    accounts:\n      - {name: a, api_key_env: K}\ncapacity:\n  accounts: {a: "
+       "{max_sandboxes: 2}}\n",
+       "capacity.accounts: the Daytona accounts and their limits are sandbox.daytona.accounts"},
+      {"several daytona accounts with one key",
+       "sandbox:\n  provider: daytona\n  daytona: {api_url: 'http://127.0.0.1:1/api'}\n"
+       "capacity:\n  accounts: {a: {max_sandboxes: 2}, b: {max_sandboxes: 2}}\n",
+       "capacity.accounts: several Daytona accounts need keys of their own: list them under "
+       "sandbox.daytona.accounts"},
       {"relative data dir", "sandbox:\n  data_dir: data\n",
        "sandbox.data_dir: 'data' must be an absolute path"},
       {"dotdot output dir", "sandbox:\n  output_dir: /home/../etc\n", "without '..'"},
@@ -307,6 +341,29 @@ TEST(Config, ReadsTheDaytonaSection) {
   EXPECT_EQ(daytona.labels.at("team"), "data");
   EXPECT_EQ(daytona.create_timeout, std::chrono::seconds(90));
   EXPECT_EQ(daytona.max_retries, 2u);
+  EXPECT_TRUE(daytona.accounts.empty());
+  // Several accounts, each with its key's variable and its quota (none: the total's).
+  auto accounts = parse_config(R"(sandbox:
+  provider: daytona
+  daytona:
+    api_url: http://127.0.0.1:8080/daytona/api
+    accounts:
+      - {name: team-a, api_key_env: KEY_A, max_sandboxes: 8}
+      - {name: team-b, api_key_env: KEY_B}
+capacity:
+  max_sandboxes: 12
+)",
+                               "config.yml");
+  ASSERT_TRUE(accounts) << accounts.error().message;
+  ASSERT_EQ(accounts->sandbox.daytona.accounts.size(), 2u);
+  EXPECT_EQ(accounts->sandbox.daytona.accounts[0].name, "team-a");
+  EXPECT_EQ(accounts->sandbox.daytona.accounts[0].api_key_env, "KEY_A");
+  EXPECT_EQ(accounts->sandbox.daytona.accounts[0].max_sandboxes, 8u);
+  EXPECT_EQ(accounts->sandbox.daytona.accounts[1].max_sandboxes, 0u);
+  // The scheduler's accounts: those, the one without a quota limited by the total only.
+  const auto options = conversation::manager_options(*accounts);
+  EXPECT_EQ(options.accounts,
+            (std::vector<std::pair<std::string, int>>{{"team-a", 8}, {"team-b", 12}}));
   // Defaults: a stopped sandbox is deleted at once, the key is in $DAYTONA_API_KEY.
   auto defaults = parse_config("", "config.yml");
   EXPECT_EQ(defaults->sandbox.daytona.api_key_env, "DAYTONA_API_KEY");

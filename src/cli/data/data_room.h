@@ -15,6 +15,7 @@ class DataRoom final : public DataCommands {
   int db_export(Context& context, const DbOptions& options) override;
   int ask(Context& context, const AskOptions& options) override;
   int serve(Context& context, const ServeOptions& options) override;
+  Result<std::unique_ptr<sandbox::SandboxProvider>> remote_provider(Context& context) override;
 };
 
 }  // namespace quarry::cli

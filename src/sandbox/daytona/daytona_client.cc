@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/multipart.h"
+#include "common/units.h"
 
 namespace quarry::sandbox::daytona {
 namespace {
@@ -270,17 +271,44 @@ Result<void> DaytonaClient::upload(const Url& toolbox, std::string_view id, std:
 
 Result<std::string> DaytonaClient::download(const Url& toolbox, std::string_view id,
                                             std::string_view path, uint64_t max_bytes) const {
-  auto response = send(
-      {.method = "GET",
-       .base = &toolbox,
-       .path = fmt::format("/{}/files/download?path={}", percent_encode(id), percent_encode(path)),
-       .max_body = max_bytes + 1});
-  if (!response) return std::unexpected(response.error());
-  if (response->body.size() > max_bytes) {
-    return make_error(ErrorCode::kResourceExhausted, "'{}' is larger than {} bytes", path,
-                      max_bytes);
+  // Room for the part's boundary and headers besides the file.
+  constexpr uint64_t kFraming = 64 * 1024;
+  auto response = send({.method = "POST",
+                        .base = &toolbox,
+                        .path = fmt::format("/{}/files/bulk-download", percent_encode(id)),
+                        .body = nlohmann::json{{"paths", {std::string(path)}}}.dump(),
+                        .content_type = "application/json",
+                        .max_body = max_bytes + kFraming});
+  if (!response && response.error().code == ErrorCode::kResourceExhausted) {
+    return make_error(ErrorCode::kResourceExhausted, "'{}' is larger than {}", path,
+                      format_size(max_bytes));
   }
-  return std::move(response->body);
+  if (!response) return std::unexpected(response.error());
+  const std::string where = fmt::format("daytona: downloading '{}'", path);
+  ASSIGN_OR_RETURN(auto boundary,
+                   with_context(multipart_boundary(response->header("Content-Type")), where));
+  ASSIGN_OR_RETURN(auto parts, with_context(parse_multipart(response->body, boundary), where));
+  for (const auto& part : parts) {
+    if (part.filename.value_or("") != path) continue;
+    if (part.name == "file") {
+      if (part.data.size() > max_bytes) {
+        return make_error(ErrorCode::kResourceExhausted, "'{}' is larger than {}", path,
+                          format_size(max_bytes));
+      }
+      return std::string(part.data);
+    }
+    if (part.name == "error") {
+      auto error = nlohmann::json::parse(part.data, nullptr, false);
+      int status = 500;
+      if (error.is_object() && error.contains("statusCode") &&
+          error["statusCode"].is_number_integer()) {
+        status = error["statusCode"].get<int>();
+      }
+      return make_error(code_of(status), "{}: {} {}", where, status,
+                        error_message(status, part.data));
+    }
+  }
+  return make_error(ErrorCode::kInternal, "{}: the answer has no part for the file", where);
 }
 
 Result<nlohmann::json> DaytonaClient::list_files(const Url& toolbox, std::string_view id,

@@ -60,7 +60,9 @@ class DaytonaClient {
                            int timeout_seconds, Duration deadline = {}) const;
   Result<void> upload(const Url& toolbox, std::string_view id, std::string_view path,
                       std::string data) const;
-  // The file's bytes; kResourceExhausted past `max_bytes`.
+  // The file's bytes through files/bulk-download, as the SDK fetches every file (a part named
+  // "file" with the path as its filename, or "error" with Daytona's error JSON: its statusCode
+  // as the error's code); kResourceExhausted past `max_bytes`.
   Result<std::string> download(const Url& toolbox, std::string_view id, std::string_view path,
                                uint64_t max_bytes) const;
   Result<nlohmann::json> list_files(const Url& toolbox, std::string_view id,

@@ -137,16 +137,21 @@ Result<ExecResult> parse_probe_report(std::string_view output) {
 DaytonaProvider::DaytonaProvider(SandboxConfig config, DaytonaClient client)
     : config_(std::move(config)), client_(std::move(client)) {}
 
-Result<std::unique_ptr<DaytonaProvider>> DaytonaProvider::open(const SandboxConfig& config) {
-  const std::string& variable = config.daytona.api_key_env;
+Result<std::string> api_key_from(const std::string& variable, std::string_view named_in) {
   const char* key = std::getenv(variable.c_str());
   if (key == nullptr || *key == '\0') {
     return make_error(ErrorCode::kFailedPrecondition,
                       "sandbox.provider is daytona, but ${} holds no API key: export {}=<key> "
-                      "(or name another variable in sandbox.daytona.api_key_env)",
-                      variable, variable);
+                      "(or name another variable in {})",
+                      variable, variable, named_in);
   }
-  return open(config, key);
+  return std::string(key);
+}
+
+Result<std::unique_ptr<DaytonaProvider>> DaytonaProvider::open(const SandboxConfig& config) {
+  ASSIGN_OR_RETURN(auto key,
+                   api_key_from(config.daytona.api_key_env, "sandbox.daytona.api_key_env"));
+  return open(config, std::move(key));
 }
 
 Result<std::unique_ptr<DaytonaProvider>> DaytonaProvider::open(const SandboxConfig& config,

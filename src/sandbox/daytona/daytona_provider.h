@@ -61,6 +61,10 @@ class DaytonaProvider final : public SandboxProvider {
   std::map<std::string, Url, std::less<>> toolboxes_;
 };
 
+// The API key in environment variable `variable`; the error says to export it, or to name
+// another variable in `named_in` (the configuration key that named this one).
+Result<std::string> api_key_from(const std::string& variable, std::string_view named_in);
+
 // The Sandbox object as quarry's SandboxInfo (labels, resources in whole cores and GiB, state,
 // created time, network).
 SandboxInfo info_from(const nlohmann::json& sandbox);
