@@ -15,6 +15,7 @@
 #include <boost/beast/http.hpp>
 #include <cctype>
 #include <limits>
+#include <mutex>
 #include <optional>
 
 namespace quarry {
@@ -54,6 +55,11 @@ bool is_ip_address(const std::string& host) {
 struct HttpClient::State {
   HttpClientOptions options;
   net::ssl::context tls{net::ssl::context::tls_client};
+  // The system's CA store is loaded at the first https request, not at create: parsing its
+  // hundreds of certificates takes tens of milliseconds that a client of plain http (a quarry
+  // on loopback, say) never needs.
+  std::once_flag system_roots;
+  std::optional<Error> system_roots_error;
 };
 
 namespace {
@@ -348,13 +354,8 @@ Result<HttpClient> HttpClient::create(HttpClientOptions options) {
   state->options = std::move(options);
   SSL_CTX_set_min_proto_version(state->tls.native_handle(), TLS1_2_VERSION);
   error_code error;
-  if (state->options.ca_file.empty()) {
-    state->tls.set_default_verify_paths(error);
-    if (error) {
-      return make_error(ErrorCode::kFailedPrecondition,
-                        "cannot load the system's CA certificates: {}", describe(error));
-    }
-  } else {
+  if (!state->options.ca_file.empty()) {
+    // A file named is read now, so a bad one fails at start and not at the first request.
     state->tls.load_verify_file(state->options.ca_file, error);
     if (error) {
       return make_error(ErrorCode::kFailedPrecondition,
@@ -376,6 +377,18 @@ const HttpClientOptions& HttpClient::options() const {
 
 Result<HttpResponse> HttpClient::send(const HttpRequest& request, const BodyHandler& on_body,
                                       int cancel_fd) const {
+  if (request.url.tls() && state_->options.ca_file.empty()) {
+    std::call_once(state_->system_roots, [&state = *state_] {
+      error_code error;
+      state.tls.set_default_verify_paths(error);
+      if (error) {
+        state.system_roots_error =
+            Error{ErrorCode::kFailedPrecondition,
+                  fmt::format("cannot load the system's CA certificates: {}", describe(error))};
+      }
+    });
+    if (state_->system_roots_error) return std::unexpected(*state_->system_roots_error);
+  }
   Exchange exchange(state_->options, state_->tls, request);
   return exchange.run(on_body, cancel_fd);
 }

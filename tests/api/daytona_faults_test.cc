@@ -146,7 +146,9 @@ TEST_F(DaytonaFaults, ALostCreateAnswerIsFoundByItsLabelAndNothingLeaks) {
 }
 
 TEST_F(DaytonaFaults, ASandboxStuckInCreatingIsDeletedAndReported) {
-  faults({{{"method", "GET"}, {"path", "/api/sandbox/"}, {"action", "creating"}, {"times", -1}}});
+  // As Daytona answers a create (the sandbox is "creating"), and every look after.
+  faults({{{"method", "POST"}, {"path", "/api/sandbox"}, {"action", "creating"}, {"times", -1}},
+          {{"method", "GET"}, {"path", "/api/sandbox/"}, {"action", "creating"}, {"times", -1}}});
   const auto started = Clock::now();
   auto created = provider_->create({});
   ASSERT_FALSE(created);
