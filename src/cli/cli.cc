@@ -23,7 +23,7 @@ int run(int argc, char** argv, DataCommands& data) {
   app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
 
-  Context context(options, [&data](Context& context) { return data.remote_provider(context); });
+  Context context(options, data);
   int exit_code = 0;
   auto sandbox_commands = add_sandbox_commands(app, context, exit_code);
   auto snapshot_commands = add_snapshot_commands(app, context, exit_code);

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "common/file_util.h"
+#include "cli/data_commands.h"
 #include "config/paths.h"
 
 namespace quarry::cli {
@@ -38,16 +38,14 @@ Result<sandbox::SandboxProvider*> Context::provider() {
   ASSIGN_OR_RETURN(const Config* config, this->config());
   if (config->sandbox.provider == "local") return local_provider();
   if (!remote_provider_) {
-    ASSIGN_OR_RETURN(remote_provider_, open_remote_(*this));
+    ASSIGN_OR_RETURN(remote_provider_, data_.remote_provider(*this));
   }
   return remote_provider_.get();
 }
 
 Result<conversation::HistoryStore*> Context::history() {
   if (!history_) {
-    RETURN_IF_ERROR(make_directories(state_dir(), 0755));
-    ASSIGN_OR_RETURN(history_,
-                     conversation::SqliteHistoryStore::open(state_dir() / "history.db", clock_));
+    ASSIGN_OR_RETURN(history_, data_.open_history(*this));
   }
   return history_.get();
 }

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,7 +11,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "config/config.h"
-#include "conversation/sqlite_history_store.h"
+#include "conversation/history_store.h"
 #include "sandbox/local/local_provider.h"
 
 namespace quarry::cli {
@@ -24,36 +23,36 @@ struct GlobalOptions {
   std::string log_level = "warn";
 };
 
-class Context;
-
-// Opens a provider other than the local one (sandbox.provider: daytona). quarry-data links
-// those providers and opens them; quarry hands the command to quarry-data instead (cli/main.cc).
-using RemoteProviderOpener =
-    std::function<Result<std::unique_ptr<sandbox::SandboxProvider>>(Context&)>;
+class DataCommands;
 
 class Context {
  public:
-  Context(const GlobalOptions& options, RemoteProviderOpener open_remote)
-      : options_(options), open_remote_(std::move(open_remote)) {}
+  // `data` opens the history (DataCommands::open_history) and a remote provider
+  // (DataCommands::remote_provider).
+  Context(const GlobalOptions& options, DataCommands& data) : options_(options), data_(data) {}
 
   Result<const Config*> config();
-  // The provider sandbox.provider names: where sandbox commands and conversations run.
+  // The provider sandbox.provider names: where sandbox commands and conversations run. In quarry
+  // a remote one hands the command to quarry-data (which links the HTTP client) and does not
+  // return.
   Result<sandbox::SandboxProvider*> provider();
   // The local provider, whichever is configured: images and snapshots are the local ones.
   Result<sandbox::local::LocalProvider*> local_provider();
-  // The conversation history, <state>/history.db.
+  // The conversation history conversations.store names. In quarry, a PostgreSQL history hands
+  // the command to quarry-data (which links libpq) and does not return; so a command opens the
+  // history before it does or prints anything else.
   Result<conversation::HistoryStore*> history();
   std::filesystem::path state_dir() const;
   std::filesystem::path cache_dir() const;
 
  private:
   const GlobalOptions& options_;
-  RemoteProviderOpener open_remote_;
+  DataCommands& data_;
   std::optional<Config> config_;
   std::unique_ptr<sandbox::local::LocalProvider> local_provider_;
   std::unique_ptr<sandbox::SandboxProvider> remote_provider_;
   SystemClock clock_;
-  std::unique_ptr<conversation::SqliteHistoryStore> history_;
+  std::unique_ptr<conversation::HistoryStore> history_;
 };
 
 // Prints "quarry: <message>" on stderr and returns the exit status for a failed command.

@@ -188,12 +188,13 @@ std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& 
       "delete the sandboxes of conversations idle longer than sandbox.idle_timeout "
       "(quarry ask does this too; run it from cron when nothing else will)");
   reap->callback([&] {
+    // The history first: for a PostgreSQL one quarry hands the command over right there.
+    auto history = context.history();
+    if (!history) return void(exit_code = report(history.error()));
     auto config = context.config();
     if (!config) return void(exit_code = report(config.error()));
     auto provider = context.provider();
     if (!provider) return void(exit_code = report(provider.error()));
-    auto history = context.history();
-    if (!history) return void(exit_code = report(history.error()));
     SystemClock clock;
     conversation::ConversationManager manager(**provider, **history, clock,
                                               conversation::manager_options(**config));

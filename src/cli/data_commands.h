@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "conversation/history_store.h"
 #include "data/demo_data.h"
 
 namespace quarry::cli {
@@ -45,6 +46,9 @@ class DataCommands {
   virtual int serve(Context& context, const ServeOptions& options) = 0;
   // The provider sandbox.provider names when it is remote (Context::provider).
   virtual Result<std::unique_ptr<sandbox::SandboxProvider>> remote_provider(Context& context) = 0;
+  // The history conversations.store names (Context::history). quarry opens SQLite itself and
+  // hands the command to quarry-data for PostgreSQL, returning only if that fails.
+  virtual Result<std::unique_ptr<conversation::HistoryStore>> open_history(Context& context) = 0;
 };
 
 }  // namespace quarry::cli

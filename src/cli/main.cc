@@ -1,8 +1,8 @@
 // quarry: the command line (README "Command line"). It runs the sandbox, image, conversations
-// and token commands itself and hands db, ask and serve, once their command line is parsed, to
-// quarry-data beside it (the same argv, by exec: the same process, its pid and its signals), so
-// that the commands which never touch data do not map Arrow, Parquet and libpq at every start
-// (docs/architecture.md, "The command line").
+// and token commands itself and hands db, ask and serve (and the conversations commands of a
+// PostgreSQL history), once their command line is parsed, to quarry-data beside it (the same argv,
+// by exec: the same process, its pid and its signals), so that the commands which never touch data
+// do not map Arrow, Parquet and libpq at every start (docs/architecture.md, "The command line").
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +10,7 @@
 
 #include "cli/data_commands.h"
 #include "common/file_util.h"
+#include "conversation/sqlite_history_store.h"
 
 namespace quarry::cli {
 namespace {
@@ -31,6 +32,16 @@ class HandOver final : public DataCommands {
     return std::unexpected(exec_data());
   }
 
+  // A PostgreSQL history needs libpq: the whole command goes to quarry-data, which opens it.
+  Result<std::unique_ptr<conversation::HistoryStore>> open_history(Context& context) override {
+    ASSIGN_OR_RETURN(const Config* config, context.config());
+    if (config->conversations.store == "postgres") return std::unexpected(exec_data());
+    RETURN_IF_ERROR(make_directories(context.state_dir(), 0755));
+    ASSIGN_OR_RETURN(auto store, conversation::SqliteHistoryStore::open(
+                                     context.state_dir() / "history.db", clock_));
+    return store;
+  }
+
  private:
   int hand_over() const { return report(exec_data()); }
 
@@ -40,11 +51,14 @@ class HandOver final : public DataCommands {
     ::execv(data_binary.c_str(), argv_);
     const int error = errno;
     return Error{ErrorCode::kFailedPrecondition,
-                 fmt::format("cannot run '{}': {}; quarry runs db, ask, serve and the commands "
-                             "of a remote sandbox provider through quarry-data, which the build "
-                             "puts beside quarry",
+                 fmt::format("cannot run '{}': {}; quarry runs db, ask, serve, the commands "
+                             "of a remote sandbox provider and (with conversations.store: "
+                             "postgres) conversations through quarry-data, which the build puts "
+                             "beside quarry",
                              data_binary.string(), strerrordesc_np(error))};
   }
+
+  SystemClock clock_;
 
   char** argv_;
 };

@@ -456,8 +456,33 @@ Result<void> parse_database(const Walker& walk, const YAML::Node& node, Database
 
 Result<void> parse_conversations(const Walker& walk, const YAML::Node& node,
                                  ConversationsConfig& out) {
-  RETURN_IF_ERROR(walk.check_map(node, "conversations", {"instance_id", "context"}));
+  RETURN_IF_ERROR(
+      walk.check_map(node, "conversations", {"instance_id", "store", "url", "context"}));
   if (node.IsNull()) return {};
+  if (auto value = node["store"]) {
+    ASSIGN_OR_RETURN(out.store, walk.scalar(value, "conversations.store"));
+    if (out.store != "sqlite" && out.store != "postgres") {
+      return walk.fail(value, "conversations.store",
+                       "'{}' is not a history store (available: sqlite, postgres)", out.store);
+    }
+  }
+  if (auto value = node["url"]) {
+    ASSIGN_OR_RETURN(out.url, walk.scalar(value, "conversations.url"));
+    // Never the value in a message: it may hold a password.
+    if (out.url.find('\n') != std::string::npos || out.url.find('\0') != std::string::npos) {
+      return walk.fail(value, "conversations.url", "must be one line");
+    }
+  }
+  if (out.store == "postgres" && out.url.empty()) {
+    return walk.fail(node["store"], "conversations.store",
+                     "the postgres store needs conversations.url (a libpq URL such as "
+                     "postgresql://quarry@db.internal:5432/quarry_history)");
+  }
+  if (out.store == "sqlite" && !out.url.empty()) {
+    return walk.fail(node["url"], "conversations.url",
+                     "only the postgres store reads it: set conversations.store: postgres, or "
+                     "remove conversations.url to keep the history in <state>/history.db");
+  }
   if (auto value = node["instance_id"]) {
     ASSIGN_OR_RETURN(out.instance_id, walk.scalar(value, "conversations.instance_id"));
     const bool valid =

@@ -141,6 +141,12 @@ struct ContextConfig {
 struct ConversationsConfig {
   // Labels this installation's sandboxes; a server restarting cleans up only its own.
   std::string instance_id = "local";
+  // Where the history lives: "sqlite" (<state>/history.db, one server) or "postgres" (`url`,
+  // which several servers may share).
+  std::string store = "sqlite";
+  // libpq URL or key=value string of the PostgreSQL database for store: postgres. It may hold a
+  // password: never put it in a message.
+  std::string url;
   ContextConfig context;
 };
 

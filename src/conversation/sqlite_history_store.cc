@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/random_id.h"
 #include "common/unique_fd.h"
+#include "conversation/history_columns.h"
 #include "sandbox/metering.h"
 
 namespace quarry::conversation {
@@ -235,57 +236,15 @@ class FileTurnLock final : public TurnLock {
   UniqueFd fd_;
 };
 
-Role role_from(std::string_view text) {
-  if (text == "assistant") return Role::kAssistant;
-  if (text == "tool") return Role::kTool;
-  return Role::kUser;
-}
-
-TurnKind kind_from(std::string_view text) {
-  return text == "cell" ? TurnKind::kCell : TurnKind::kAsk;
-}
-
-TurnStatus status_from(std::string_view text) {
-  for (auto status : {TurnStatus::kRunning, TurnStatus::kCompleted, TurnStatus::kFailed,
-                      TurnStatus::kCancelled, TurnStatus::kInterrupted}) {
-    if (to_string(status) == text) return status;
-  }
-  return TurnStatus::kFailed;
-}
-
 // JSON text from a column; null for NULL or text that does not parse.
 nlohmann::json json_from(const Statement& row, int column) {
   if (row.is_null(column)) return nullptr;
-  auto value = nlohmann::json::parse(row.text(column), nullptr, false);
-  return value.is_discarded() ? nlohmann::json(nullptr) : value;
-}
-
-std::string json_text(const nlohmann::json& value) {
-  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return json_from_text(row.text(column));
 }
 
 // A conversation is these columns, in this order, of conversations.
 constexpr std::string_view kConversationColumns =
     "id, title, turns, created_at, updated_at, owner, network, packages";
-
-// A conversation's network as its column holds it: 'none', or the domains separated by spaces
-// (an entry never has one).
-std::string network_text(const NetworkPolicy& network) {
-  if (network.mode == NetworkMode::kNone) return "none";
-  return fmt::format("{}", fmt::join(network.allow, " "));
-}
-
-NetworkPolicy network_from(std::string_view text) {
-  if (text == "none") return {};
-  NetworkPolicy network{NetworkMode::kAllowlist, {}};
-  while (!text.empty()) {
-    const size_t space = text.find(' ');
-    if (space != 0) network.allow.emplace_back(text.substr(0, space));
-    if (space == std::string_view::npos) break;
-    text.remove_prefix(space + 1);
-  }
-  return network;
-}
 
 Conversation conversation_from(const Statement& row) {
   Conversation conversation{row.text(0),
@@ -297,9 +256,7 @@ Conversation conversation_from(const Statement& row) {
                             std::nullopt,
                             {}};
   if (!row.is_null(6)) conversation.network = network_from(row.text(6));
-  for (const auto& package : json_from(row, 7)) {
-    if (package.is_string()) conversation.packages.push_back(package.get<std::string>());
-  }
+  conversation.packages = names_from_text(row.text(7));
   return conversation;
 }
 
@@ -308,8 +265,8 @@ constexpr std::string_view kTurnColumns = "number, kind, status, error, started_
 TurnRecord turn_from(const Statement& row, int first) {
   TurnRecord turn;
   turn.number = static_cast<int>(row.integer(first));
-  turn.kind = kind_from(row.text(first + 1));
-  turn.status = status_from(row.text(first + 2));
+  turn.kind = turn_kind_from(row.text(first + 1));
+  turn.status = turn_status_from(row.text(first + 2));
   turn.error = row.text(first + 3);
   turn.started_at = from_unix_ms(row.integer(first + 4));
   if (!row.is_null(first + 5)) turn.finished_at = from_unix_ms(row.integer(first + 5));
@@ -422,11 +379,8 @@ SandboxReference reference_from(const Statement& row, int first) {
   reference.state = row.text(first);
   reference.sandbox_id = row.text(first + 1);
   if (!row.is_null(first + 2)) reference.last_used_at = from_unix_ms(row.integer(first + 2));
-  for (auto [column, list] :
-       {std::pair{first + 3, &reference.files}, std::pair{first + 4, &reference.kernel_names}}) {
-    auto names = nlohmann::json::parse(row.text(column), nullptr, false);
-    if (names.is_array()) *list = names.get<std::vector<std::string>>();
-  }
+  reference.files = names_from_text(row.text(first + 3));
+  reference.kernel_names = names_from_text(row.text(first + 4));
   return reference;
 }
 
@@ -436,38 +390,6 @@ int64_t sql_limit(size_t limit) {
 }
 
 }  // namespace
-
-std::string_view to_string(TurnKind kind) {
-  return kind == TurnKind::kCell ? "cell" : "ask";
-}
-
-std::string_view to_string(TurnStatus status) {
-  switch (status) {
-    case TurnStatus::kRunning:
-      return "running";
-    case TurnStatus::kCompleted:
-      return "completed";
-    case TurnStatus::kFailed:
-      return "failed";
-    case TurnStatus::kCancelled:
-      return "cancelled";
-    case TurnStatus::kInterrupted:
-      return "interrupted";
-  }
-  return "failed";
-}
-
-std::string_view to_string(Role role) {
-  switch (role) {
-    case Role::kUser:
-      return "user";
-    case Role::kAssistant:
-      return "assistant";
-    case Role::kTool:
-      return "tool";
-  }
-  return "user";
-}
 
 std::unexpected<Error> SqliteHistoryStore::sql_error(int rc, std::string_view what) const {
   const bool damaged = rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB;
@@ -588,7 +510,7 @@ Result<void> SqliteHistoryStore::migrate() {
 
 Result<std::unique_ptr<TurnLock>> SqliteHistoryStore::try_lock_turn(
     std::string_view conversation_id) {
-  if (conversation_id.empty() || conversation_id.find_first_of("/.") != std::string_view::npos) {
+  if (!valid_conversation_id(conversation_id)) {
     return make_error(ErrorCode::kInvalidArgument, "bad conversation id '{}'", conversation_id);
   }
   auto directory = path_.parent_path() / "turn-locks";

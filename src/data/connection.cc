@@ -92,6 +92,11 @@ Result<PgResult> Connection::checked(PGresult* raw, std::string_view doing,
 
 Result<PgResult> Connection::exec(std::string_view sql,
                                   std::initializer_list<std::optional<std::string>> params) {
+  return exec(sql, std::span(params.begin(), params.size()));
+}
+
+Result<PgResult> Connection::exec(std::string_view sql,
+                                  std::span<const std::optional<std::string>> params) {
   std::vector<const char*> values;
   for (const auto& param : params)
     values.push_back(param ? param->c_str() : nullptr);

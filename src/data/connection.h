@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -49,6 +50,8 @@ class Connection {
   // Parameters are text; nullopt is NULL.
   Result<PgResult> exec(std::string_view sql,
                         std::initializer_list<std::optional<std::string>> params = {});
+  // The same with parameters built at run time.
+  Result<PgResult> exec(std::string_view sql, std::span<const std::optional<std::string>> params);
   // Runs a script of several statements (simple protocol): only for quarry's own SQL.
   Result<void> exec_script(std::string_view sql);
 

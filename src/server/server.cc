@@ -10,7 +10,7 @@
 #include "agent/model_client.h"
 #include "common/file_util.h"
 #include "common/units.h"
-#include "conversation/sqlite_history_store.h"
+#include "conversation/open_history_store.h"
 #include "sandbox/open_provider.h"
 #include "server/api.h"
 #include "server/auth.h"
@@ -109,8 +109,8 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
   ASSIGN_OR_RETURN(auto provider,
                    sandbox::open_provider(config, {options.state_dir, options.cache_dir}));
   SystemClock clock;
-  ASSIGN_OR_RETURN(auto history,
-                   conversation::SqliteHistoryStore::open(options.state_dir / "history.db", clock));
+  ASSIGN_OR_RETURN(auto history, conversation::open_history_store(config.conversations,
+                                                                  options.state_dir, clock));
   conversation::ConversationManager manager(*provider, *history, clock,
                                             conversation::manager_options(config));
   std::unique_ptr<agent::ModelClient> model;

@@ -1,5 +1,6 @@
 // quarry-data's side of data_commands.h: db, ask and serve as they run, with Arrow, Parquet and
-// libpq linked (one file per command group: db.cc, ask.cc, serve.cc).
+// libpq linked (one file per command group: db.cc, ask.cc, serve.cc; history.cc opens either
+// history store).
 #pragma once
 
 #include "cli/data_commands.h"
@@ -16,6 +17,10 @@ class DataRoom final : public DataCommands {
   int ask(Context& context, const AskOptions& options) override;
   int serve(Context& context, const ServeOptions& options) override;
   Result<std::unique_ptr<sandbox::SandboxProvider>> remote_provider(Context& context) override;
+  Result<std::unique_ptr<conversation::HistoryStore>> open_history(Context& context) override;
+
+ private:
+  SystemClock clock_;
 };
 
 }  // namespace quarry::cli

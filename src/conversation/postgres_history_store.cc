@@ -1,0 +1,1005 @@
+#include "conversation/postgres_history_store.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <condition_variable>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "common/random_id.h"
+#include "common/sha256.h"
+#include "conversation/history_columns.h"
+#include "data/connection.h"
+#include "sandbox/metering.h"
+
+namespace quarry::conversation {
+
+using Param = std::optional<std::string>;
+
+// Connections to the history's database: idle ones kept for the next call, at most
+// kMaxConnections counted calls at once (turn locks are not counted).
+class PostgresConnections : public std::enable_shared_from_this<PostgresConnections> {
+ public:
+  // A connection taken from the pool, given back when the lease ends.
+  class Lease {
+   public:
+    Lease(std::shared_ptr<PostgresConnections> owner, data::Connection connection, bool counted)
+        : owner_(std::move(owner)), connection_(std::move(connection)), counted_(counted) {}
+    Lease(Lease&&) = default;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease() {
+      if (owner_) owner_->give_back(std::move(*connection_), counted_, reusable_);
+    }
+    data::Connection* operator->() { return &*connection_; }
+    data::Connection& operator*() { return *connection_; }
+    // Closes the connection at the end instead of keeping it (its session holds something).
+    void discard() { reusable_ = false; }
+
+   private:
+    std::shared_ptr<PostgresConnections> owner_;  // null once moved from
+    std::optional<data::Connection> connection_;
+    bool counted_;
+    bool reusable_ = true;
+  };
+
+  explicit PostgresConnections(std::string url) : url_(std::move(url)) {}
+
+  // Waits for a place when `counted` and kMaxConnections calls are running.
+  Result<Lease> take(bool counted) {
+    std::optional<data::Connection> connection;
+    {
+      std::unique_lock lock(mutex_);
+      if (counted) {
+        freed_.wait(lock, [&] { return busy_ < PostgresHistoryStore::kMaxConnections; });
+        ++busy_;
+      }
+      if (!idle_.empty()) {
+        connection.emplace(std::move(idle_.back()));
+        idle_.pop_back();
+      }
+    }
+    if (!connection) {
+      auto opened = data::Connection::open(url_);
+      if (!opened) {
+        release_place(counted);
+        return std::unexpected(
+            opened.error().with_context("opening the history in PostgreSQL (conversations.url)"));
+      }
+      connection.emplace(std::move(*opened));
+    }
+    return Lease(shared_from_this(), std::move(*connection), counted);
+  }
+
+ private:
+  void give_back(data::Connection connection, bool counted, bool reusable) {
+    // A broken connection, or one left in a transaction (a failed ROLLBACK), is closed.
+    const bool healthy = reusable && PQstatus(connection.get()) == CONNECTION_OK &&
+                         PQtransactionStatus(connection.get()) == PQTRANS_IDLE;
+    {
+      std::lock_guard lock(mutex_);
+      if (healthy && idle_.size() < PostgresHistoryStore::kMaxConnections) {
+        idle_.push_back(std::move(connection));
+      }
+      if (counted) --busy_;
+    }
+    if (counted) freed_.notify_one();
+  }
+
+  void release_place(bool counted) {
+    if (!counted) return;
+    {
+      std::lock_guard lock(mutex_);
+      --busy_;
+    }
+    freed_.notify_one();
+  }
+
+  const std::string url_;
+  std::mutex mutex_;
+  std::condition_variable freed_;
+  std::vector<data::Connection> idle_;
+  size_t busy_ = 0;
+};
+
+namespace {
+
+using Lease = PostgresConnections::Lease;
+
+// Migration N takes the schema to version N from the one before it; the first one creates
+// version 5 from nothing. Append only; never edit a shipped one. Ids of conversations compare
+// bytewise (COLLATE "C"), as in SQLite, whatever the database's collation.
+const std::map<int, std::string_view> kMigrations = {{5, R"sql(
+CREATE TABLE conversations (
+  id text COLLATE "C" PRIMARY KEY,
+  title text NOT NULL,
+  turns integer NOT NULL DEFAULT 0,
+  created_at bigint NOT NULL,
+  updated_at bigint NOT NULL,
+  owner text NOT NULL DEFAULT 'local',
+  -- NULL: the server's sandbox.network; 'none'; or the allowed domains, separated by spaces.
+  network text,
+  packages text NOT NULL DEFAULT '[]'
+);
+CREATE INDEX conversations_by_owner ON conversations (owner, updated_at, id);
+CREATE INDEX conversations_by_activity ON conversations (updated_at, id);
+CREATE TABLE turns (
+  conversation_id text COLLATE "C" NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  number integer NOT NULL,
+  kind text NOT NULL CHECK (kind IN ('ask', 'cell')),
+  status text NOT NULL
+    CHECK (status IN ('running', 'completed', 'failed', 'cancelled', 'interrupted')),
+  error text NOT NULL DEFAULT '',
+  started_at bigint NOT NULL,
+  finished_at bigint,
+  PRIMARY KEY (conversation_id, number)
+);
+CREATE INDEX turns_running ON turns (conversation_id, number) WHERE status = 'running';
+CREATE TABLE messages (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  conversation_id text COLLATE "C" NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  turn integer NOT NULL,
+  role text NOT NULL CHECK (role IN ('user', 'assistant', 'tool')),
+  content text NOT NULL,
+  tool_calls text,
+  tool_call_id text,
+  details text,
+  created_at bigint NOT NULL
+);
+CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
+CREATE TABLE events (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  conversation_id text COLLATE "C" NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  turn integer NOT NULL,
+  kind text NOT NULL,
+  sandbox_id text NOT NULL,
+  reason text NOT NULL,
+  details text NOT NULL,
+  created_at bigint NOT NULL
+);
+CREATE INDEX events_by_conversation ON events (conversation_id, id);
+CREATE TABLE execs (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  conversation_id text COLLATE "C" NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  turn integer NOT NULL,
+  tool_call_id text NOT NULL DEFAULT '',
+  tool text NOT NULL DEFAULT '',
+  sandbox_id text NOT NULL,
+  command text NOT NULL,
+  exit_code integer NOT NULL,
+  signal integer,
+  stdout text NOT NULL,
+  stderr text NOT NULL,
+  truncated boolean NOT NULL,
+  run_ms double precision NOT NULL,
+  cpu_ms double precision NOT NULL,
+  peak_memory_bytes bigint NOT NULL,
+  memory_limit_bytes bigint NOT NULL,
+  overhead_ms double precision NOT NULL,
+  oom boolean NOT NULL,
+  timed_out boolean NOT NULL,
+  message text,
+  started_at bigint NOT NULL,
+  denied_connections bigint NOT NULL DEFAULT 0,
+  denials text NOT NULL DEFAULT '[]'
+);
+CREATE INDEX execs_by_conversation ON execs (conversation_id, id);
+CREATE TABLE artifacts (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  conversation_id text COLLATE "C" NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  turn integer NOT NULL,
+  tool_call_id text NOT NULL DEFAULT '',
+  name text NOT NULL,
+  type text NOT NULL,
+  size_bytes bigint NOT NULL,
+  location text NOT NULL,
+  created_at bigint NOT NULL
+);
+CREATE INDEX artifacts_by_conversation ON artifacts (conversation_id, id);
+CREATE TABLE sandbox_references (
+  conversation_id text COLLATE "C" PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+  state text NOT NULL,
+  sandbox_id text NOT NULL,
+  last_used_at bigint,
+  files text NOT NULL,
+  kernel_names text NOT NULL DEFAULT '[]'
+);
+CREATE TABLE stream_events (
+  conversation_id text COLLATE "C" NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  turn integer NOT NULL,
+  seq bigint NOT NULL,
+  type text NOT NULL,
+  data text NOT NULL,
+  PRIMARY KEY (conversation_id, turn, seq)
+);
+)sql"}};
+
+// The tables of the schema: one of them without schema_version is another application's.
+constexpr std::string_view kTables =
+    "{schema_version,conversations,turns,messages,events,execs,artifacts,sandbox_references,"
+    "stream_events}";
+
+// A 64-bit advisory lock key from a name.
+int64_t advisory_key(std::string_view name) {
+  const std::string hex = sha256_hex(name);
+  uint64_t key = 0;
+  std::from_chars(hex.data(), hex.data() + 16, key, 16);
+  return static_cast<int64_t>(key);
+}
+
+// Serialises the migrations of every server opening the same database.
+const int64_t kMigrationLockKey = advisory_key("quarry history migrations");
+
+// Text as PostgreSQL's text can hold it: valid UTF-8 without NUL bytes (each byte that is not
+// part of a well-formed sequence, and each NUL, becomes U+FFFD).
+std::string storable(std::string_view text) {
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    size_t length = 0;  // of the sequence it starts; 0 for NUL and bytes no sequence starts with
+    if (byte != 0 && byte < 0x80) {
+      length = 1;
+    } else if (byte >= 0xC2 && byte <= 0xDF) {
+      length = 2;
+    } else if (byte >= 0xE0 && byte <= 0xEF) {
+      length = 3;
+    } else if (byte >= 0xF0 && byte <= 0xF4) {
+      length = 4;
+    }
+    bool valid = length > 0 && i + length <= text.size();
+    for (size_t k = 1; valid && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      unsigned char low = 0x80, high = 0xBF;
+      if (k == 1) {  // no overlong forms, no surrogates, nothing past U+10FFFF
+        if (byte == 0xE0) low = 0xA0;
+        if (byte == 0xED) high = 0x9F;
+        if (byte == 0xF0) low = 0x90;
+        if (byte == 0xF4) high = 0x8F;
+      }
+      valid = next >= low && next <= high;
+    }
+    if (valid) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else {
+      out.append(kReplacement);
+      ++i;
+    }
+  }
+  return out;
+}
+
+Param text(std::string_view value) {
+  return storable(value);
+}
+Param number(int64_t value) {
+  return std::to_string(value);
+}
+Param real(double value) {
+  return fmt::format("{}", value);
+}
+Param boolean(bool value) {
+  return value ? "t" : "f";
+}
+template <typename T>
+Param optional(const std::optional<T>& value) {
+  if (!value) return std::nullopt;
+  if constexpr (std::is_arithmetic_v<T>) {
+    return number(static_cast<int64_t>(*value));
+  } else {
+    return text(*value);
+  }
+}
+
+// One row of a result, columns read from `first` on.
+class Row {
+ public:
+  Row(const PGresult* result, int row) : result_(result), row_(row) {}
+  bool is_null(int column) const { return PQgetisnull(result_, row_, column) != 0; }
+  std::string text(int column) const {
+    return std::string(PQgetvalue(result_, row_, column),
+                       static_cast<size_t>(PQgetlength(result_, row_, column)));
+  }
+  int64_t integer(int column) const {
+    int64_t value = 0;
+    const char* begin = PQgetvalue(result_, row_, column);
+    std::from_chars(begin, begin + PQgetlength(result_, row_, column), value);
+    return value;
+  }
+  double real(int column) const { return std::strtod(PQgetvalue(result_, row_, column), nullptr); }
+  bool boolean(int column) const { return PQgetvalue(result_, row_, column)[0] == 't'; }
+
+ private:
+  const PGresult* result_;
+  int row_;
+};
+
+// The number of rows an UPDATE or DELETE changed.
+int64_t changed(const data::PgResult& result) {
+  return std::atoll(PQcmdTuples(result.get()));
+}
+
+Error history_error(Error error, std::string_view what) {
+  return std::move(error).with_context(
+      fmt::format("{} in the PostgreSQL history (conversations.url)", what));
+}
+
+std::unexpected<Error> no_conversation(std::string_view id) {
+  return make_error(ErrorCode::kNotFound, "no conversation '{}' (see quarry conversations ls)", id);
+}
+
+// Runs one statement on a connection of the pool.
+Result<data::PgResult> run(PostgresConnections& connections, std::string_view what,
+                           std::string_view sql, std::span<const Param> params) {
+  ASSIGN_OR_RETURN(auto lease, connections.take(true));
+  auto result = lease->exec(sql, params);
+  if (!result) return std::unexpected(history_error(std::move(result).error(), what));
+  return result;
+}
+
+Result<data::PgResult> run(PostgresConnections& connections, std::string_view what,
+                           std::string_view sql, std::initializer_list<Param> params = {}) {
+  return run(connections, what, sql, std::span(params.begin(), params.size()));
+}
+
+// Every row of a result, each turned into a T by `read`.
+template <typename T, typename Read>
+std::vector<T> rows(const data::PgResult& result, Read&& read) {
+  std::vector<T> list;
+  const int count = PQntuples(result.get());
+  list.reserve(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i)
+    list.push_back(read(Row(result.get(), i)));
+  return list;
+}
+
+// BEGIN ... COMMIT on a leased connection, rolled back if not committed.
+class Transaction {
+ public:
+  explicit Transaction(Lease& lease) : lease_(lease) {}
+  ~Transaction() {
+    if (begun_ && !committed_ && !lease_->exec("ROLLBACK")) lease_.discard();
+  }
+  Result<void> begin() {
+    RETURN_IF_ERROR(lease_->exec("BEGIN"));
+    begun_ = true;
+    return {};
+  }
+  Result<void> commit() {
+    RETURN_IF_ERROR(lease_->exec("COMMIT"));
+    committed_ = true;
+    return {};
+  }
+
+ private:
+  Lease& lease_;
+  bool begun_ = false;
+  bool committed_ = false;
+};
+
+// A session advisory lock, held by a connection of its own until the lock is destroyed.
+class AdvisoryTurnLock final : public TurnLock {
+ public:
+  AdvisoryTurnLock(Lease lease, int64_t key) : lease_(std::move(lease)), key_(key) {}
+  ~AdvisoryTurnLock() override {
+    // Unlocked explicitly so the next holder can take it at once (closing the session would
+    // release it only when the server notices); a session that may still hold it is closed.
+    auto unlocked = lease_->exec("SELECT pg_advisory_unlock($1)", {number(key_)});
+    if (!unlocked || Row(unlocked->get(), 0).text(0) != "t") lease_.discard();
+  }
+
+ private:
+  Lease lease_;
+  int64_t key_;
+};
+
+constexpr std::string_view kConversationColumns =
+    "id, title, turns, created_at, updated_at, owner, network, packages";
+
+Conversation conversation_from(const Row& row) {
+  Conversation conversation{row.text(0),
+                            row.text(1),
+                            static_cast<int>(row.integer(2)),
+                            from_unix_ms(row.integer(3)),
+                            from_unix_ms(row.integer(4)),
+                            row.text(5),
+                            std::nullopt,
+                            names_from_text(row.text(7))};
+  if (!row.is_null(6)) conversation.network = network_from(row.text(6));
+  return conversation;
+}
+
+constexpr std::string_view kTurnColumns = "number, kind, status, error, started_at, finished_at";
+
+TurnRecord turn_from(const Row& row, int first) {
+  TurnRecord turn;
+  turn.number = static_cast<int>(row.integer(first));
+  turn.kind = turn_kind_from(row.text(first + 1));
+  turn.status = turn_status_from(row.text(first + 2));
+  turn.error = row.text(first + 3);
+  turn.started_at = from_unix_ms(row.integer(first + 4));
+  if (!row.is_null(first + 5)) turn.finished_at = from_unix_ms(row.integer(first + 5));
+  return turn;
+}
+
+// An exec record's columns after `prefix`; without output, stdout and stderr read as ''.
+std::string exec_columns(bool with_output, std::string_view prefix = "") {
+  std::vector<std::string> columns;
+  for (std::string_view column : {"id",
+                                  "turn",
+                                  "tool_call_id",
+                                  "tool",
+                                  "sandbox_id",
+                                  "command",
+                                  "exit_code",
+                                  "signal",
+                                  "stdout",
+                                  "stderr",
+                                  "truncated",
+                                  "run_ms",
+                                  "cpu_ms",
+                                  "peak_memory_bytes",
+                                  "memory_limit_bytes",
+                                  "overhead_ms",
+                                  "oom",
+                                  "timed_out",
+                                  "message",
+                                  "started_at",
+                                  "denied_connections",
+                                  "denials"}) {
+    const bool output = column == "stdout" || column == "stderr";
+    columns.push_back(output && !with_output ? std::string("''")
+                                             : fmt::format("{}{}", prefix, column));
+  }
+  return fmt::format("{}", fmt::join(columns, ", "));
+}
+
+ExecRecord exec_from(const Row& row, int first) {
+  ExecRecord exec;
+  exec.id = row.integer(first);
+  exec.turn = static_cast<int>(row.integer(first + 1));
+  exec.tool_call_id = row.text(first + 2);
+  exec.tool = row.text(first + 3);
+  exec.sandbox_id = row.text(first + 4);
+  exec.command = row.text(first + 5);
+  auto& r = exec.result;
+  r.exit_code = static_cast<int>(row.integer(first + 6));
+  if (!row.is_null(first + 7)) r.signal = static_cast<int>(row.integer(first + 7));
+  r.stdout_text = row.text(first + 8);
+  r.stderr_text = row.text(first + 9);
+  r.truncated = row.boolean(first + 10);
+  r.run_ms = row.real(first + 11);
+  r.cpu_ms = row.real(first + 12);
+  r.peak_memory_bytes = static_cast<uint64_t>(row.integer(first + 13));
+  r.memory_limit_bytes = static_cast<uint64_t>(row.integer(first + 14));
+  r.overhead_ms = row.real(first + 15);
+  r.oom = row.boolean(first + 16);
+  r.timed_out = row.boolean(first + 17);
+  if (!row.is_null(first + 18)) r.message = row.text(first + 18);
+  exec.started_at = from_unix_ms(row.integer(first + 19));
+  r.denied_connections = static_cast<uint64_t>(row.integer(first + 20));
+  r.denials = sandbox::denials_from_json(json_from_text(row.text(first + 21)));
+  return exec;
+}
+
+constexpr std::string_view kArtifactColumns =
+    "id, turn, tool_call_id, name, type, size_bytes, location, created_at";
+
+Artifact artifact_from(const Row& row, int first) {
+  Artifact artifact;
+  artifact.id = row.integer(first);
+  artifact.turn = static_cast<int>(row.integer(first + 1));
+  artifact.tool_call_id = row.text(first + 2);
+  artifact.name = row.text(first + 3);
+  artifact.type = row.text(first + 4);
+  artifact.size_bytes = static_cast<uint64_t>(row.integer(first + 5));
+  artifact.location = row.text(first + 6);
+  artifact.created_at = from_unix_ms(row.integer(first + 7));
+  return artifact;
+}
+
+// The executions an ExecQuery selects: FROM and WHERE over execs e joined with conversations c;
+// parameters 1 to 3 are the owner, the conversation and the id bound, each NULL when not asked.
+constexpr std::string_view kExecFilter =
+    "FROM execs e JOIN conversations c ON c.id = e.conversation_id "
+    "WHERE ($1::text IS NULL OR c.owner = $1) AND ($2::text IS NULL OR e.conversation_id = $2) "
+    "AND ($3::bigint IS NULL OR e.id < $3)";
+
+std::vector<Param> exec_filter_params(const ExecQuery& query) {
+  return {optional(query.owner), optional(query.conversation_id), optional(query.before_id)};
+}
+
+// LIMIT for "at most `limit`", where 0 (NULL: LIMIT ALL) means no limit.
+Param sql_limit(size_t limit) {
+  return limit == 0 ? std::nullopt : number(static_cast<int64_t>(limit));
+}
+
+constexpr std::string_view kReferenceColumns =
+    "state, sandbox_id, last_used_at, files, kernel_names";
+
+SandboxReference reference_from(const Row& row, int first) {
+  SandboxReference reference;
+  reference.state = row.text(first);
+  reference.sandbox_id = row.text(first + 1);
+  if (!row.is_null(first + 2)) reference.last_used_at = from_unix_ms(row.integer(first + 2));
+  reference.files = names_from_text(row.text(first + 3));
+  reference.kernel_names = names_from_text(row.text(first + 4));
+  return reference;
+}
+
+// One INSERT of a conversation's row, in the same statement as the conversation's updated_at
+// (no row, kNotFound, for an unknown conversation): `insert` is an INSERT ... SELECT ... FROM
+// touched RETURNING id whose parameters 1 and 2 are the time and the conversation's id.
+Result<int64_t> insert_row(PostgresConnections& connections, std::string_view what,
+                           std::string_view conversation_id, Clock::time_point now,
+                           std::string_view insert, std::vector<Param> params) {
+  params.insert(params.begin(), {number(to_unix_ms(now)), text(conversation_id)});
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(connections, what,
+          fmt::format("WITH touched AS (UPDATE conversations SET updated_at = $1 WHERE id = $2 "
+                      "RETURNING id) {}",
+                      insert),
+          params));
+  if (PQntuples(result.get()) == 0) return no_conversation(conversation_id);
+  return Row(result.get(), 0).integer(0);
+}
+
+}  // namespace
+
+int64_t PostgresHistoryStore::turn_lock_key(std::string_view conversation_id) {
+  return advisory_key(fmt::format("quarry turn {}", conversation_id));
+}
+
+PostgresHistoryStore::PostgresHistoryStore(std::shared_ptr<PostgresConnections> connections,
+                                           const Clock& clock)
+    : connections_(std::move(connections)), clock_(clock) {}
+
+PostgresHistoryStore::~PostgresHistoryStore() = default;
+
+Result<std::unique_ptr<PostgresHistoryStore>> PostgresHistoryStore::open(const std::string& url,
+                                                                         const Clock& clock) {
+  std::unique_ptr<PostgresHistoryStore> store(
+      new PostgresHistoryStore(std::make_shared<PostgresConnections>(url), clock));
+  RETURN_IF_ERROR(store->migrate());
+  return store;
+}
+
+Result<void> PostgresHistoryStore::migrate() {
+  ASSIGN_OR_RETURN(auto lease, connections_->take(true));
+  auto fail = [](Error error, std::string_view what) {
+    return std::unexpected(history_error(std::move(error), what));
+  };
+  Transaction transaction(lease);
+  if (auto begun = transaction.begin(); !begun) return fail(begun.error(), "starting a migration");
+  // Held until the transaction ends: a second server opening the database now waits here, then
+  // finds the schema this one made.
+  if (auto locked = lease->exec("SELECT pg_advisory_xact_lock($1)", {number(kMigrationLockKey)});
+      !locked) {
+    return fail(locked.error(), "waiting for other servers' migrations");
+  }
+  auto found = lease->exec(
+      "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+      "WHERE n.nspname = current_schema() AND c.relname = ANY($1::text[]) ORDER BY c.relname",
+      {std::string(kTables)});
+  if (!found) return fail(found.error(), "reading the schema");
+  const auto tables = rows<std::string>(*found, [](const Row& row) { return row.text(0); });
+  const bool versioned = std::find(tables.begin(), tables.end(), "schema_version") != tables.end();
+  int version = 0;
+  if (versioned) {
+    auto read = lease->exec("SELECT coalesce(max(version), 0) FROM schema_version");
+    if (!read) return fail(read.error(), "reading the schema version");
+    version = static_cast<int>(Row(read->get(), 0).integer(0));
+    if (version > kSchemaVersion) {
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "the PostgreSQL history (conversations.url) has schema version {}, newer "
+                        "than this quarry understands ({}); quarry left it as it is: upgrade "
+                        "quarry, or point conversations.url at another database",
+                        version, kSchemaVersion);
+    }
+  } else if (!tables.empty()) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "the database of conversations.url has tables named like quarry's history "
+                      "({}) but no quarry schema_version: it belongs to another application; "
+                      "quarry left it as it is: point conversations.url at a database of its own "
+                      "(or a schema of its own, with search_path)",
+                      fmt::join(tables, ", "));
+  } else if (auto created = lease->exec("CREATE TABLE schema_version (version integer PRIMARY KEY, "
+                                        "applied_at timestamptz NOT NULL DEFAULT now())");
+             !created) {
+    return fail(created.error(), "creating the schema");
+  }
+  for (const auto& [next, sql] : kMigrations) {
+    if (next <= version) continue;
+    const auto what = fmt::format("migrating to schema version {}", next);
+    if (auto migrated = lease->exec_script(sql); !migrated) return fail(migrated.error(), what);
+    if (auto recorded =
+            lease->exec("INSERT INTO schema_version (version) VALUES ($1)", {number(next)});
+        !recorded) {
+      return fail(recorded.error(), what);
+    }
+  }
+  if (auto committed = transaction.commit(); !committed) {
+    return fail(committed.error(), "finishing a migration");
+  }
+  return {};
+}
+
+Result<std::unique_ptr<TurnLock>> PostgresHistoryStore::try_lock_turn(
+    std::string_view conversation_id) {
+  if (!valid_conversation_id(conversation_id)) {
+    return make_error(ErrorCode::kInvalidArgument, "bad conversation id '{}'", conversation_id);
+  }
+  const int64_t key = turn_lock_key(conversation_id);
+  ASSIGN_OR_RETURN(auto lease, connections_->take(false));
+  auto locked = lease->exec("SELECT pg_try_advisory_lock($1)", {number(key)});
+  if (!locked) {
+    return std::unexpected(history_error(std::move(locked).error(), "taking a turn lock"));
+  }
+  if (Row(locked->get(), 0).text(0) != "t") {
+    return make_error(ErrorCode::kAborted,
+                      "conversation {} already has a turn running; wait for it to finish, "
+                      "then send this message again",
+                      conversation_id);
+  }
+  return std::make_unique<AdvisoryTurnLock>(std::move(lease), key);
+}
+
+Result<Conversation> PostgresHistoryStore::create_conversation(
+    std::string_view title, std::string_view owner, const std::optional<NetworkPolicy>& network,
+    const std::vector<std::string>& packages) {
+  Conversation conversation{random_id(),  std::string(title), 0,       clock_.now(),
+                            clock_.now(), std::string(owner), network, packages};
+  RETURN_IF_ERROR(
+      run(*connections_, "creating a conversation",
+          "INSERT INTO conversations (id, title, turns, created_at, updated_at, owner, network, "
+          "packages) VALUES ($1, $2, 0, $3, $4, $5, $6, $7)",
+          {text(conversation.id), text(conversation.title),
+           number(to_unix_ms(conversation.created_at)), number(to_unix_ms(conversation.updated_at)),
+           text(conversation.owner), network ? text(network_text(*network)) : std::nullopt,
+           text(json_text(conversation.packages))}));
+  return conversation;
+}
+
+Result<Conversation> PostgresHistoryStore::conversation(std::string_view id) {
+  ASSIGN_OR_RETURN(auto result, run(*connections_, "reading a conversation",
+                                    fmt::format("SELECT {} FROM conversations WHERE id = $1",
+                                                kConversationColumns),
+                                    {text(id)}));
+  if (PQntuples(result.get()) == 0) return no_conversation(id);
+  return conversation_from(Row(result.get(), 0));
+}
+
+Result<std::vector<Conversation>> PostgresHistoryStore::conversations(
+    const ConversationQuery& query) {
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "listing conversations",
+          fmt::format("SELECT {} FROM conversations WHERE ($1::text IS NULL OR owner = $1) AND "
+                      "($2::bigint IS NULL OR (updated_at, id) < ($2, $3::text)) "
+                      "ORDER BY updated_at DESC, id DESC LIMIT $4::bigint",
+                      kConversationColumns),
+          {optional(query.owner),
+           query.after ? number(to_unix_ms(query.after->first)) : std::nullopt,
+           query.after ? text(query.after->second) : std::nullopt, sql_limit(query.limit)}));
+  return rows<Conversation>(result, conversation_from);
+}
+
+Result<void> PostgresHistoryStore::name_conversation(std::string_view id, std::string_view title) {
+  RETURN_IF_ERROR(run(*connections_, "naming a conversation",
+                      "UPDATE conversations SET title = $1 WHERE id = $2 AND title = ''",
+                      {text(title), text(id)}));
+  return {};
+}
+
+Result<void> PostgresHistoryStore::delete_conversation(std::string_view id) {
+  // Every row of the conversation goes with it (ON DELETE CASCADE), in this one statement. Its
+  // turn lock is a lock, not a row: nothing is left of it once the caller lets it go.
+  ASSIGN_OR_RETURN(auto result, run(*connections_, "deleting a conversation",
+                                    "DELETE FROM conversations WHERE id = $1", {text(id)}));
+  if (changed(result) == 0) return make_error(ErrorCode::kNotFound, "no conversation '{}'", id);
+  return {};
+}
+
+Result<int> PostgresHistoryStore::begin_turn(std::string_view conversation_id, TurnKind kind) {
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "starting a turn",
+          "WITH next AS (UPDATE conversations SET turns = turns + 1, updated_at = $1 "
+          "WHERE id = $2 RETURNING id, turns) "
+          "INSERT INTO turns (conversation_id, number, kind, status, started_at) "
+          "SELECT id, turns, $3, 'running', $1 FROM next RETURNING number",
+          {number(to_unix_ms(clock_.now())), text(conversation_id), text(to_string(kind))}));
+  if (PQntuples(result.get()) == 0) return no_conversation(conversation_id);
+  return static_cast<int>(Row(result.get(), 0).integer(0));
+}
+
+Result<void> PostgresHistoryStore::finish_turn(std::string_view conversation_id, int turn,
+                                               TurnStatus status, std::string_view error) {
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "finishing a turn",
+                       "UPDATE turns SET status = $1, error = $2, finished_at = $3 "
+                       "WHERE conversation_id = $4 AND number = $5",
+                       {text(to_string(status)), text(error), number(to_unix_ms(clock_.now())),
+                        text(conversation_id), number(turn)}));
+  if (changed(result) == 0) {
+    return make_error(ErrorCode::kNotFound, "conversation '{}' has no turn {}", conversation_id,
+                      turn);
+  }
+  return {};
+}
+
+Result<std::vector<TurnRecord>> PostgresHistoryStore::turns(std::string_view conversation_id) {
+  ASSIGN_OR_RETURN(auto result, run(*connections_, "reading turns",
+                                    fmt::format("SELECT {} FROM turns WHERE conversation_id = $1 "
+                                                "ORDER BY number",
+                                                kTurnColumns),
+                                    {text(conversation_id)}));
+  return rows<TurnRecord>(result, [](const Row& row) { return turn_from(row, 0); });
+}
+
+Result<std::vector<std::pair<std::string, TurnRecord>>> PostgresHistoryStore::unfinished_turns() {
+  ASSIGN_OR_RETURN(auto result, run(*connections_, "reading unfinished turns",
+                                    fmt::format("SELECT conversation_id, {} FROM turns "
+                                                "WHERE status = 'running' "
+                                                "ORDER BY conversation_id, number",
+                                                kTurnColumns)));
+  return rows<std::pair<std::string, TurnRecord>>(result, [](const Row& row) {
+    return std::pair{row.text(0), turn_from(row, 1)};
+  });
+}
+
+Result<Message> PostgresHistoryStore::append_message(std::string_view conversation_id,
+                                                     Message message) {
+  message.created_at = clock_.now();
+  ASSIGN_OR_RETURN(
+      message.id,
+      insert_row(*connections_, "recording a message", conversation_id, message.created_at,
+                 "INSERT INTO messages (conversation_id, turn, role, content, tool_calls, "
+                 "tool_call_id, details, created_at) SELECT id, $3::integer, $4, $5, $6, $7, $8, "
+                 "$1 FROM touched RETURNING id",
+                 {number(message.turn), text(to_string(message.role)), text(message.content),
+                  message.tool_calls.is_null() ? std::nullopt : text(json_text(message.tool_calls)),
+                  message.tool_call_id.empty() ? std::nullopt : text(message.tool_call_id),
+                  message.details.is_null() ? std::nullopt : text(json_text(message.details))}));
+  return message;
+}
+
+Result<Event> PostgresHistoryStore::record_event(std::string_view conversation_id, Event event) {
+  event.created_at = clock_.now();
+  ASSIGN_OR_RETURN(
+      event.id,
+      insert_row(*connections_, "recording an event", conversation_id, event.created_at,
+                 "INSERT INTO events (conversation_id, turn, kind, sandbox_id, reason, details, "
+                 "created_at) SELECT id, $3::integer, $4, $5, $6, $7, $1 FROM touched RETURNING id",
+                 {number(event.turn), text(event.kind), text(event.sandbox_id), text(event.reason),
+                  text(event.details.is_null() ? std::string("{}") : json_text(event.details))}));
+  return event;
+}
+
+Result<ExecRecord> PostgresHistoryStore::record_exec(std::string_view conversation_id,
+                                                     ExecRecord exec) {
+  const auto& r = exec.result;
+  ASSIGN_OR_RETURN(
+      exec.id,
+      insert_row(*connections_, "recording an exec", conversation_id, clock_.now(),
+                 "INSERT INTO execs (conversation_id, turn, tool_call_id, tool, sandbox_id, "
+                 "command, exit_code, signal, stdout, stderr, truncated, run_ms, cpu_ms, "
+                 "peak_memory_bytes, memory_limit_bytes, overhead_ms, oom, timed_out, message, "
+                 "started_at, denied_connections, denials) "
+                 "SELECT id, $3::integer, $4, $5, $6, $7, $8::integer, $9::integer, $10, $11, "
+                 "$12::boolean, $13::double precision, $14::double precision, $15::bigint, "
+                 "$16::bigint, $17::double precision, $18::boolean, $19::boolean, $20, "
+                 "$21::bigint, $22::bigint, $23 FROM touched RETURNING id",
+                 {number(exec.turn),
+                  text(exec.tool_call_id),
+                  text(exec.tool),
+                  text(exec.sandbox_id),
+                  text(exec.command),
+                  number(r.exit_code),
+                  optional(r.signal),
+                  text(r.stdout_text),
+                  text(r.stderr_text),
+                  boolean(r.truncated),
+                  real(r.run_ms),
+                  real(r.cpu_ms),
+                  number(static_cast<int64_t>(r.peak_memory_bytes)),
+                  number(static_cast<int64_t>(r.memory_limit_bytes)),
+                  real(r.overhead_ms),
+                  boolean(r.oom),
+                  boolean(r.timed_out),
+                  optional(r.message),
+                  number(to_unix_ms(exec.started_at)),
+                  number(static_cast<int64_t>(r.denied_connections)),
+                  text(sandbox::denials_json(r.denials).dump(
+                      -1, ' ', false, nlohmann::json::error_handler_t::replace))}));
+  return exec;
+}
+
+Result<Artifact> PostgresHistoryStore::record_artifact(std::string_view conversation_id,
+                                                       Artifact artifact) {
+  artifact.created_at = clock_.now();
+  ASSIGN_OR_RETURN(
+      artifact.id,
+      insert_row(*connections_, "recording an artifact", conversation_id, artifact.created_at,
+                 "INSERT INTO artifacts (conversation_id, turn, tool_call_id, name, type, "
+                 "size_bytes, location, created_at) SELECT id, $3::integer, $4, $5, $6, "
+                 "$7::bigint, $8, $1 FROM touched RETURNING id",
+                 {number(artifact.turn), text(artifact.tool_call_id), text(artifact.name),
+                  text(artifact.type), number(static_cast<int64_t>(artifact.size_bytes)),
+                  text(artifact.location)}));
+  return artifact;
+}
+
+Result<std::vector<Message>> PostgresHistoryStore::messages(std::string_view conversation_id) {
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "reading messages",
+                       "SELECT id, turn, role, content, tool_calls, tool_call_id, details, "
+                       "created_at FROM messages WHERE conversation_id = $1 ORDER BY id",
+                       {text(conversation_id)}));
+  return rows<Message>(result, [](const Row& row) {
+    Message message;
+    message.id = row.integer(0);
+    message.turn = static_cast<int>(row.integer(1));
+    message.role = role_from(row.text(2));
+    message.content = row.text(3);
+    if (!row.is_null(4)) message.tool_calls = json_from_text(row.text(4));
+    message.tool_call_id = row.text(5);
+    if (!row.is_null(6)) message.details = json_from_text(row.text(6));
+    message.created_at = from_unix_ms(row.integer(7));
+    return message;
+  });
+}
+
+Result<std::vector<Event>> PostgresHistoryStore::events(std::string_view conversation_id) {
+  ASSIGN_OR_RETURN(auto result, run(*connections_, "reading events",
+                                    "SELECT id, turn, kind, sandbox_id, reason, details, "
+                                    "created_at FROM events WHERE conversation_id = $1 ORDER BY id",
+                                    {text(conversation_id)}));
+  return rows<Event>(result, [](const Row& row) {
+    return Event{row.integer(0),
+                 static_cast<int>(row.integer(1)),
+                 row.text(2),
+                 row.text(3),
+                 row.text(4),
+                 nlohmann::json::parse(row.text(5), nullptr, false),
+                 from_unix_ms(row.integer(6))};
+  });
+}
+
+Result<std::vector<ExecRecord>> PostgresHistoryStore::execs(std::string_view conversation_id) {
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "reading execs",
+                       fmt::format("SELECT {} FROM execs WHERE conversation_id = $1 ORDER BY id",
+                                   exec_columns(true)),
+                       {text(conversation_id)}));
+  return rows<ExecRecord>(result, [](const Row& row) { return exec_from(row, 0); });
+}
+
+Result<std::vector<Artifact>> PostgresHistoryStore::artifacts(std::string_view conversation_id) {
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "reading artifacts",
+          fmt::format("SELECT {} FROM artifacts WHERE conversation_id = $1 ORDER BY id",
+                      kArtifactColumns),
+          {text(conversation_id)}));
+  return rows<Artifact>(result, [](const Row& row) { return artifact_from(row, 0); });
+}
+
+Result<std::pair<std::string, Artifact>> PostgresHistoryStore::artifact(int64_t id) {
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "reading an artifact",
+          fmt::format("SELECT conversation_id, {} FROM artifacts WHERE id = $1", kArtifactColumns),
+          {number(id)}));
+  if (PQntuples(result.get()) == 0) return make_error(ErrorCode::kNotFound, "no artifact {}", id);
+  const Row row(result.get(), 0);
+  return std::pair{row.text(0), artifact_from(row, 1)};
+}
+
+Result<std::vector<std::pair<std::string, ExecRecord>>> PostgresHistoryStore::find_execs(
+    const ExecQuery& query) {
+  auto params = exec_filter_params(query);
+  params.push_back(sql_limit(query.limit));
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "reading execs",
+                       fmt::format("SELECT e.conversation_id, {} {} ORDER BY e.id DESC "
+                                   "LIMIT $4::bigint",
+                                   exec_columns(false, "e."), kExecFilter),
+                       params));
+  return rows<std::pair<std::string, ExecRecord>>(result, [](const Row& row) {
+    return std::pair{row.text(0), exec_from(row, 1)};
+  });
+}
+
+Result<ExecTotals> PostgresHistoryStore::exec_totals(const ExecQuery& query) {
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "adding up execs",
+          fmt::format("SELECT count(*), coalesce(sum(e.run_ms), 0), coalesce(sum(e.cpu_ms), 0), "
+                      "coalesce(sum(e.overhead_ms), 0), coalesce(max(e.peak_memory_bytes), 0), "
+                      "count(*) FILTER (WHERE e.oom), count(*) FILTER (WHERE e.timed_out), "
+                      "count(*) FILTER (WHERE e.exit_code <> 0) {}",
+                      kExecFilter),
+          exec_filter_params(query)));
+  const Row row(result.get(), 0);
+  return ExecTotals{row.integer(0),
+                    row.real(1),
+                    row.real(2),
+                    row.real(3),
+                    static_cast<uint64_t>(row.integer(4)),
+                    row.integer(5),
+                    row.integer(6),
+                    row.integer(7)};
+}
+
+Result<void> PostgresHistoryStore::append_stream_event(std::string_view conversation_id,
+                                                       const StreamEvent& event) {
+  RETURN_IF_ERROR(run(*connections_, "recording a stream event",
+                      "INSERT INTO stream_events (conversation_id, turn, seq, type, data) "
+                      "VALUES ($1, $2, $3, $4, $5)",
+                      {text(conversation_id), number(event.turn), number(event.seq),
+                       text(event.type), text(event.data)}));
+  return {};
+}
+
+Result<std::vector<StreamEvent>> PostgresHistoryStore::stream_events(
+    std::string_view conversation_id, int turn, int64_t after_seq) {
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "reading stream events",
+                       "SELECT turn, seq, type, data FROM stream_events WHERE conversation_id = $1 "
+                       "AND (turn, seq) > ($2::integer, $3::bigint) ORDER BY turn, seq",
+                       {text(conversation_id), number(turn), number(after_seq)}));
+  return rows<StreamEvent>(result, [](const Row& row) {
+    return StreamEvent{static_cast<int>(row.integer(0)), row.integer(1), row.text(2), row.text(3)};
+  });
+}
+
+Result<SandboxReference> PostgresHistoryStore::sandbox_reference(std::string_view conversation_id) {
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "reading a sandbox reference",
+                       fmt::format("SELECT {} FROM sandbox_references WHERE conversation_id = $1",
+                                   kReferenceColumns),
+                       {text(conversation_id)}));
+  if (PQntuples(result.get()) == 0) return SandboxReference{};  // never had a sandbox: "new"
+  return reference_from(Row(result.get(), 0), 0);
+}
+
+Result<void> PostgresHistoryStore::set_sandbox_reference(std::string_view conversation_id,
+                                                         const SandboxReference& reference) {
+  RETURN_IF_ERROR(run(
+      *connections_, "recording a sandbox reference",
+      "INSERT INTO sandbox_references (conversation_id, state, sandbox_id, last_used_at, files, "
+      "kernel_names) VALUES ($1, $2, $3, $4, $5, $6) "
+      "ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, "
+      "sandbox_id = excluded.sandbox_id, last_used_at = excluded.last_used_at, "
+      "files = excluded.files, kernel_names = excluded.kernel_names",
+      {text(conversation_id), text(reference.state), text(reference.sandbox_id),
+       reference.last_used_at ? number(to_unix_ms(*reference.last_used_at)) : std::nullopt,
+       text(json_text(reference.files)), text(json_text(reference.kernel_names))}));
+  return {};
+}
+
+Result<std::vector<std::pair<std::string, SandboxReference>>>
+PostgresHistoryStore::sandbox_references(const std::optional<std::string>& owner) {
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "reading sandbox references",
+          fmt::format("SELECT r.conversation_id, {} FROM sandbox_references r "
+                      "JOIN conversations c ON c.id = r.conversation_id "
+                      "WHERE $1::text IS NULL OR c.owner = $1 ORDER BY r.conversation_id",
+                      kReferenceColumns),
+          {optional(owner)}));
+  return rows<std::pair<std::string, SandboxReference>>(result, [](const Row& row) {
+    return std::pair{row.text(0), reference_from(row, 1)};
+  });
+}
+
+}  // namespace quarry::conversation

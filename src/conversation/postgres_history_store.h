@@ -1,0 +1,97 @@
+// The history in PostgreSQL (conversations.store: postgres), so several quarry servers can share
+// it: the same HistoryStore as SqliteHistoryStore, with versioned migrations that servers
+// starting at once run one after another, and turn locks that hold across servers.
+//
+// Connections: a small pool. A call takes an idle connection (or opens one) and gives it back;
+// at most kMaxConnections calls run at once, the rest wait, so the server's pool of handler
+// threads and its turn workers never queue behind one another on a single connection, and
+// the database sees a bounded number of sessions per server. A connection that broke, or was
+// left inside a transaction, is closed instead of being given back; the next call opens
+// another. A turn lock is a session advisory lock (pg_try_advisory_lock) held by a connection
+// of its own for as long as the TurnLock lives, outside the limit (a long turn never takes a
+// place from the calls); PostgreSQL releases it when that session ends, so a server that dies
+// (or whose connection is terminated) leaves no conversation locked.
+//
+// Text: PostgreSQL's text holds UTF-8 without NUL bytes, while a command's output may hold any
+// bytes. Such text is stored with U+FFFD in place of each byte that is not UTF-8 and of each
+// NUL, as the API and the model see it anyway (the SQLite store keeps the bytes as they are).
+// Times are Unix milliseconds (bigint), as in the SQLite store.
+//
+// A database whose schema is newer than this build's is refused and never modified, and so is
+// one that already has tables of these names but no quarry schema_version.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "conversation/history_store.h"
+
+namespace quarry::conversation {
+
+class PostgresConnections;
+
+class PostgresHistoryStore final : public HistoryStore {
+ public:
+  // The schema version this build writes, the same number as the SQLite store's: version 5 is
+  // created at once (the PostgreSQL store began there); later versions migrate from it.
+  static constexpr int kSchemaVersion = 5;
+  // Calls running on the database at once (each on a connection of its own).
+  static constexpr size_t kMaxConnections = 8;
+
+  // `url` is a libpq URL or key=value string (conversations.url); it is never put in a message,
+  // as it may hold a password. Migrates the schema under an advisory lock.
+  static Result<std::unique_ptr<PostgresHistoryStore>> open(const std::string& url,
+                                                            const Clock& clock);
+  ~PostgresHistoryStore() override;
+
+  // The advisory lock key of a conversation's turn lock: the first 8 bytes of the SHA-256 of
+  // "quarry turn <id>", so keys spread over all 64 bits and other applications' locks (small
+  // numbers, hashtext) are unlikely to meet them.
+  static int64_t turn_lock_key(std::string_view conversation_id);
+
+  Result<std::unique_ptr<TurnLock>> try_lock_turn(std::string_view conversation_id) override;
+  Result<Conversation> create_conversation(
+      std::string_view title, std::string_view owner = kLocalUser,
+      const std::optional<NetworkPolicy>& network = std::nullopt,
+      const std::vector<std::string>& packages = {}) override;
+  Result<Conversation> conversation(std::string_view id) override;
+  Result<std::vector<Conversation>> conversations(const ConversationQuery& query = {}) override;
+  Result<void> name_conversation(std::string_view id, std::string_view title) override;
+  Result<void> delete_conversation(std::string_view id) override;
+  Result<int> begin_turn(std::string_view conversation_id, TurnKind kind) override;
+  Result<void> finish_turn(std::string_view conversation_id, int turn, TurnStatus status,
+                           std::string_view error) override;
+  Result<std::vector<TurnRecord>> turns(std::string_view conversation_id) override;
+  Result<std::vector<std::pair<std::string, TurnRecord>>> unfinished_turns() override;
+  Result<Message> append_message(std::string_view conversation_id, Message message) override;
+  Result<Event> record_event(std::string_view conversation_id, Event event) override;
+  Result<ExecRecord> record_exec(std::string_view conversation_id, ExecRecord exec) override;
+  Result<Artifact> record_artifact(std::string_view conversation_id, Artifact artifact) override;
+  Result<std::vector<Message>> messages(std::string_view conversation_id) override;
+  Result<std::vector<Event>> events(std::string_view conversation_id) override;
+  Result<std::vector<ExecRecord>> execs(std::string_view conversation_id) override;
+  Result<std::vector<Artifact>> artifacts(std::string_view conversation_id) override;
+  Result<std::pair<std::string, Artifact>> artifact(int64_t id) override;
+  Result<std::vector<std::pair<std::string, ExecRecord>>> find_execs(
+      const ExecQuery& query) override;
+  Result<ExecTotals> exec_totals(const ExecQuery& query) override;
+  Result<void> append_stream_event(std::string_view conversation_id,
+                                   const StreamEvent& event) override;
+  Result<std::vector<StreamEvent>> stream_events(std::string_view conversation_id, int turn,
+                                                 int64_t after_seq) override;
+  Result<SandboxReference> sandbox_reference(std::string_view conversation_id) override;
+  Result<void> set_sandbox_reference(std::string_view conversation_id,
+                                     const SandboxReference& reference) override;
+  Result<std::vector<std::pair<std::string, SandboxReference>>> sandbox_references(
+      const std::optional<std::string>& owner = std::nullopt) override;
+
+ private:
+  PostgresHistoryStore(std::shared_ptr<PostgresConnections> connections, const Clock& clock);
+  Result<void> migrate();
+
+  // Shared with the turn locks handed out, which may outlive the store.
+  std::shared_ptr<PostgresConnections> connections_;
+  const Clock& clock_;
+};
+
+}  // namespace quarry::conversation

@@ -1,0 +1,57 @@
+// The HistoryStore test suite, one body for every store: each test binary instantiates it with
+// the stores it can reach (SQLite in the unit tests; PostgreSQL in the data tests, which start
+// a real server). A backend makes a fresh, empty history per test and opens it as often as a
+// test asks (a reopen sees everything written before).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "conversation/history_store.h"
+
+namespace quarry::conversation::testing {
+
+class HistoryBackend {
+ public:
+  virtual ~HistoryBackend() = default;
+  // Opens the test's history (creating and migrating it the first time).
+  virtual Result<std::unique_ptr<HistoryStore>> open(const Clock& clock) = 0;
+  // Records `version` as the history's schema version, as a newer quarry would have.
+  virtual void set_schema_version(int version) = 0;
+  // Everything the history holds, schema and rows, as one text: equal before and after means
+  // nothing was modified.
+  virtual std::string fingerprint() = 0;
+  // SQLite keeps any bytes; PostgreSQL text keeps valid UTF-8 without NUL (U+FFFD in place).
+  virtual bool keeps_any_bytes() const = 0;
+};
+
+struct HistoryBackendFactory {
+  std::string name;  // the instantiation's parameter name: Sqlite, Postgres
+  std::function<std::unique_ptr<HistoryBackend>()> make;
+};
+
+class HistoryStoreSuite : public ::testing::TestWithParam<HistoryBackendFactory> {
+ protected:
+  void SetUp() override { backend_ = GetParam().make(); }
+  void TearDown() override { backend_.reset(); }
+
+  std::unique_ptr<HistoryStore> open() {
+    auto store = backend_->open(clock_);
+    EXPECT_TRUE(store) << store.error().message;
+    return store ? std::move(*store) : nullptr;
+  }
+
+  std::unique_ptr<HistoryBackend> backend_;
+  ManualClock clock_;
+};
+
+// For INSTANTIATE_TEST_SUITE_P's name generator.
+inline std::string backend_name(const ::testing::TestParamInfo<HistoryBackendFactory>& info) {
+  return info.param.name;
+}
+
+}  // namespace quarry::conversation::testing
