@@ -260,6 +260,15 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"zero statement timeout", "database:\n  statement_timeout: 0s\n",
        "database.statement_timeout: must be longer than zero"},
       {"url a list", "database:\n  url: [a, b]\n", "database.url: must be a single value"},
+      {"unknown history store", "conversations:\n  store: mysql\n",
+       "config.yml:2: conversations.store: 'mysql' is not a history store (available: sqlite, "
+       "postgres)"},
+      {"postgres store without its url", "conversations:\n  store: postgres\n",
+       "config.yml:2: conversations.store: the postgres store needs conversations.url"},
+      {"url of the sqlite store", "conversations:\n  url: postgresql://db/history\n",
+       "conversations.url: only the postgres store reads it: set conversations.store: postgres"},
+      {"history url on two lines", "conversations:\n  store: postgres\n  url: \"a\\nb\"\n",
+       "conversations.url: must be one line"},
       {"tiny row groups", "database:\n  export_row_group_rows: 10\n",
        "database.export_row_group_rows: 10 is out of range"},
       {"unknown model key", "model:\n  modle: x\n",
@@ -301,6 +310,19 @@ TEST(Config, RejectsBadInputNamingTheKey) {
     EXPECT_NE(config.error().message.find(c.expected), std::string::npos)
         << "message was: " << config.error().message;
   }
+}
+
+TEST(Config, ReadsWhereTheHistoryLives) {
+  auto defaults = parse_config("", "config.yml");
+  ASSERT_TRUE(defaults) << defaults.error().message;
+  EXPECT_EQ(defaults->conversations.store, "sqlite");
+  EXPECT_EQ(defaults->conversations.url, "");
+  auto config = parse_config(
+      "conversations:\n  store: postgres\n  url: postgresql://quarry@db.internal/history\n",
+      "config.yml");
+  ASSERT_TRUE(config) << config.error().message;
+  EXPECT_EQ(config->conversations.store, "postgres");
+  EXPECT_EQ(config->conversations.url, "postgresql://quarry@db.internal/history");
 }
 
 TEST(Config, ReadsHowLongSnapshotsAreKept) {

@@ -32,6 +32,10 @@ class HistoryBackend {
 struct HistoryBackendFactory {
   std::string name;  // the instantiation's parameter name: Sqlite, Postgres
   std::function<std::unique_ptr<HistoryBackend>()> make;
+  // How gtest shows it in a failure.
+  friend void PrintTo(const HistoryBackendFactory& factory, std::ostream* out) {
+    *out << factory.name;
+  }
 };
 
 class HistoryStoreSuite : public ::testing::TestWithParam<HistoryBackendFactory> {

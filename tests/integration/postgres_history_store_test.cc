@@ -1,0 +1,238 @@
+// The HistoryStore suite on PostgreSQL (a database of its own per test on the data tests'
+// server), and what only a shared PostgreSQL history has to do: servers migrating at once, turn
+// locks between servers released when one dies, a database that is not quarry's.
+#include "conversation/postgres_history_store.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "conversation/open_history_store.h"
+#include "data/connection.h"
+#include "history_store_suite.h"
+#include "postgres_environment.h"
+
+namespace quarry::conversation {
+namespace {
+
+using quarry::testing::PostgresEnvironment;
+using testing::HistoryStoreSuite;
+
+// Every row of `sql`'s result, fields separated by '|', rows by newlines.
+std::string query_text(const std::string& conninfo, const std::string& sql) {
+  auto connection = data::Connection::open(conninfo);
+  EXPECT_TRUE(connection) << connection.error().message;
+  if (!connection) return "";
+  auto result = connection->exec(sql);
+  EXPECT_TRUE(result) << sql << ": " << result.error().message;
+  if (!result) return "";
+  std::string text;
+  for (int row = 0; row < PQntuples(result->get()); ++row) {
+    for (int column = 0; column < PQnfields(result->get()); ++column) {
+      text += PQgetvalue(result->get(), row, column);
+      text += '|';
+    }
+    text += '\n';
+  }
+  return text;
+}
+
+// A new, empty database on the test server, dropped with the backend.
+class PostgresBackend final : public testing::HistoryBackend {
+ public:
+  PostgresBackend() {
+    static std::atomic<int> counter = 0;
+    name_ = fmt::format("history_{}_{}", ::getpid(), counter++);
+    // One statement a call: a script runs as one transaction, which CREATE DATABASE refuses.
+    admin_sql(fmt::format("DROP DATABASE IF EXISTS {}", name_));
+    admin_sql(fmt::format("CREATE DATABASE {}", name_));
+    // In a key=value string the last dbname wins.
+    url_ = fmt::format("{} dbname={}", PostgresEnvironment::get().server().admin_conninfo, name_);
+  }
+  ~PostgresBackend() override { admin_sql(fmt::format("DROP DATABASE {} WITH (FORCE)", name_)); }
+
+  Result<std::unique_ptr<HistoryStore>> open(const Clock& clock) override {
+    ASSIGN_OR_RETURN(auto store, PostgresHistoryStore::open(url_, clock));
+    return store;
+  }
+  void set_schema_version(int version) override {
+    query_text(url_, fmt::format("INSERT INTO schema_version (version) VALUES ({})", version));
+  }
+  std::string fingerprint() override {
+    std::string text =
+        query_text(url_,
+                   "SELECT table_name, column_name, data_type FROM information_schema.columns "
+                   "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position");
+    text += query_text(url_, "SELECT version, applied_at FROM schema_version ORDER BY version");
+    text += query_text(url_, "SELECT * FROM conversations ORDER BY id");
+    return text;
+  }
+  bool keeps_any_bytes() const override { return false; }
+
+  const std::string& url() const { return url_; }
+
+ private:
+  static void admin_sql(const std::string& sql) { quarry::testing::admin_sql(sql); }
+  std::string name_;
+  std::string url_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Postgres, HistoryStoreSuite,
+                         ::testing::Values(testing::HistoryBackendFactory{
+                             "Postgres", [] { return std::make_unique<PostgresBackend>(); }}),
+                         testing::backend_name);
+
+class PostgresHistoryTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<PostgresHistoryStore> open() {
+    auto store = PostgresHistoryStore::open(backend_.url(), clock_);
+    EXPECT_TRUE(store) << store.error().message;
+    return store ? std::move(*store) : nullptr;
+  }
+  // The backend that holds a conversation's turn lock ("" when none does).
+  std::string lock_holder(std::string_view conversation_id) {
+    const auto key = static_cast<uint64_t>(PostgresHistoryStore::turn_lock_key(conversation_id));
+    auto text = query_text(backend_.url(),
+                           fmt::format("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
+                                       "granted AND classid = {} AND objid = {} AND objsubid = 1",
+                                       key >> 32, key & 0xffffffffu));
+    if (!text.empty()) text.resize(text.find('|'));
+    return text;
+  }
+  // Waits up to 10 s for `condition`.
+  template <typename Condition>
+  bool eventually(Condition&& condition) {
+    for (int i = 0; i < 200; ++i) {
+      if (condition()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  PostgresBackend backend_;
+  ManualClock clock_;
+};
+
+// Servers starting at once on a new database: one of them creates the schema, the others wait
+// for it and find it made.
+TEST_F(PostgresHistoryTest, ServersStartingAtOnceMigrateOnce) {
+  constexpr int kServers = 6;
+  std::vector<std::thread> servers;
+  std::atomic<int> opened = 0;
+  std::vector<std::string> errors(kServers);
+  for (int i = 0; i < kServers; ++i) {
+    servers.emplace_back([&, i] {
+      ManualClock clock;
+      auto store = PostgresHistoryStore::open(backend_.url(), clock);
+      if (!store) {
+        errors[static_cast<size_t>(i)] = store.error().message;
+        return;
+      }
+      if ((*store)->create_conversation(fmt::format("server {}", i))) ++opened;
+    });
+  }
+  for (auto& server : servers)
+    server.join();
+  for (const auto& error : errors)
+    EXPECT_EQ(error, "");
+  EXPECT_EQ(opened, kServers);
+  EXPECT_EQ(query_text(backend_.url(), "SELECT version FROM schema_version"), "5|\n");
+  EXPECT_EQ(query_text(backend_.url(), "SELECT count(*) FROM conversations"), "6|\n");
+}
+
+// pg_terminate_backend of the lock's session is what PostgreSQL sees when a server dies: the
+// lock is free for the next server, and the first one's store goes on with new connections.
+TEST_F(PostgresHistoryTest, ATurnLockIsReleasedWhenItsSessionIsTerminated) {
+  auto first = open();
+  auto second = open();
+  auto id = first->create_conversation("c")->id;
+  auto held = first->try_lock_turn(id);
+  ASSERT_TRUE(held) << held.error().message;
+  EXPECT_EQ(second->try_lock_turn(id).error().code, ErrorCode::kAborted);
+  const auto pid = lock_holder(id);
+  ASSERT_NE(pid, "");
+  EXPECT_EQ(query_text(backend_.url(), fmt::format("SELECT pg_terminate_backend({})", pid)),
+            "t|\n");
+  EXPECT_TRUE(eventually([&] { return static_cast<bool>(second->try_lock_turn(id)); }));
+  held->reset();  // its session is gone: the connection is closed, not given back
+  EXPECT_TRUE(first->conversation(id));
+}
+
+// A server killed with its turn running: the session ends with the process, and so its lock.
+TEST_F(PostgresHistoryTest, ATurnLockIsReleasedWhenItsProcessIsKilled) {
+  auto store = open();
+  auto id = store->create_conversation("c")->id;
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t server = ::fork();
+  if (server == 0) {
+    ManualClock clock;
+    auto other = PostgresHistoryStore::open(backend_.url(), clock);
+    if (!other) ::_exit(1);
+    auto lock = (*other)->try_lock_turn(id);
+    if (!lock) ::_exit(2);
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the child did not take the lock";
+  ::close(ready[0]);
+  auto refused = store->try_lock_turn(id);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kAborted);
+  EXPECT_NE(refused.error().message.find("already has a turn running"), std::string::npos);
+  ASSERT_EQ(::kill(server, SIGKILL), 0);
+  int status = 0;
+  ::waitpid(server, &status, 0);
+  EXPECT_TRUE(eventually([&] { return static_cast<bool>(store->try_lock_turn(id)); }));
+}
+
+TEST_F(PostgresHistoryTest, RefusesADatabaseWithAnotherApplicationsTablesAndLeavesIt) {
+  query_text(backend_.url(), "CREATE TABLE conversations (topic text)");
+  const auto before = query_text(backend_.url(),
+                                 "SELECT table_name FROM information_schema.tables "
+                                 "WHERE table_schema = current_schema() ORDER BY 1");
+  auto store = PostgresHistoryStore::open(backend_.url(), clock_);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_NE(store.error().message.find("(conversations) but no quarry schema_version"),
+            std::string::npos)
+      << store.error().message;
+  EXPECT_EQ(query_text(backend_.url(),
+                       "SELECT table_name FROM information_schema.tables "
+                       "WHERE table_schema = current_schema() ORDER BY 1"),
+            before);
+}
+
+// A server it cannot reach is named by its key, never by the URL (it may hold a password).
+TEST_F(PostgresHistoryTest, AnUnreachableServerIsNamedByTheKeyNotTheUrl) {
+  Config config;
+  config.conversations.store = "postgres";
+  config.conversations.url = "postgresql://quarry:s3cret-word@127.0.0.1:1/history";
+  auto store = open_history_store(config.conversations, "/nonexistent", clock_);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(store.error().message.find("opening the history in PostgreSQL (conversations.url)"),
+            std::string::npos)
+      << store.error().message;
+  EXPECT_EQ(store.error().message.find("s3cret-word"), std::string::npos);
+}
+
+TEST_F(PostgresHistoryTest, TheConfigurationOpensThePostgresStore) {
+  Config config;
+  config.conversations.store = "postgres";
+  config.conversations.url = backend_.url();
+  auto store = open_history_store(config.conversations, "/nonexistent", clock_);
+  ASSERT_TRUE(store) << store.error().message;
+  auto id = (*store)->create_conversation("through the config")->id;
+  EXPECT_EQ(open()->conversation(id)->title, "through the config");
+}
+
+}  // namespace
+}  // namespace quarry::conversation
