@@ -1,7 +1,7 @@
 // HistoryStore: everything a conversation leaves behind, kept by the application (not by any
 // sandbox): messages, tool calls and results, sandbox events, exec metrics, artifacts, and the
-// conversation's current sandbox reference. SqliteHistoryStore implements it; a PostgreSQL
-// store can implement it later for several servers.
+// conversation's current sandbox reference. SqliteHistoryStore implements it for one server,
+// PostgresHistoryStore for several sharing one database (open_history_store picks one).
 #pragma once
 
 #include <chrono>
