@@ -12,11 +12,10 @@ Result<std::unique_ptr<SandboxProvider>> open_provider(const Config& config,
     std::vector<ProviderAccounts::Account> accounts;
     const auto& listed = config.sandbox.daytona.accounts;
     for (size_t i = 0; i < listed.size(); ++i) {
-      ASSIGN_OR_RETURN(auto key,
-                       daytona::api_key_from(listed[i].api_key_env,
-                                             fmt::format("sandbox.daytona.accounts[{}].api_key_env "
-                                                         "(account {})",
-                                                         i, listed[i].name)));
+      ASSIGN_OR_RETURN(auto key, daytona::api_key_from(
+                                     listed[i].api_key_env,
+                                     fmt::format("sandbox.daytona.accounts[{}].api_key_env", i),
+                                     listed[i].name));
       ASSIGN_OR_RETURN(auto provider,
                        with_context(daytona::DaytonaProvider::open(config.sandbox, std::move(key)),
                                     fmt::format("account {}", listed[i].name)));

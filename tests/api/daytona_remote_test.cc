@@ -164,8 +164,8 @@ TEST_F(DaytonaRemoteTest, TheSandboxCommandsManageTheRemoteSandboxes) {
   argv.insert(argv.begin() + 1, {"-u", "QUARRY_TEST_KEY_SOUTH"});
   auto refused = run_command(argv);  // a nonzero exit is an error with what it printed
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message.find("$QUARRY_TEST_KEY_SOUTH holds no API key: export "
-                                         "QUARRY_TEST_KEY_SOUTH=<key>"),
+  EXPECT_NE(refused.error().message.find("$QUARRY_TEST_KEY_SOUTH holds no API key for account "
+                                         "south: export QUARRY_TEST_KEY_SOUTH=<key>"),
             std::string::npos)
       << refused.error().message;
 }

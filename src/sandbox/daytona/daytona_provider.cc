@@ -137,13 +137,15 @@ Result<ExecResult> parse_probe_report(std::string_view output) {
 DaytonaProvider::DaytonaProvider(SandboxConfig config, DaytonaClient client)
     : config_(std::move(config)), client_(std::move(client)) {}
 
-Result<std::string> api_key_from(const std::string& variable, std::string_view named_in) {
+Result<std::string> api_key_from(const std::string& variable, std::string_view named_in,
+                                 std::string_view account) {
   const char* key = std::getenv(variable.c_str());
   if (key == nullptr || *key == '\0') {
     return make_error(ErrorCode::kFailedPrecondition,
-                      "sandbox.provider is daytona, but ${} holds no API key: export {}=<key> "
+                      "sandbox.provider is daytona, but ${} holds no API key{}: export {}=<key> "
                       "(or name another variable in {})",
-                      variable, variable, named_in);
+                      variable, account.empty() ? "" : fmt::format(" for account {}", account),
+                      variable, named_in);
   }
   return std::string(key);
 }

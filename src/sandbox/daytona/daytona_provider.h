@@ -62,8 +62,10 @@ class DaytonaProvider final : public SandboxProvider {
 };
 
 // The API key in environment variable `variable`; the error says to export it, or to name
-// another variable in `named_in` (the configuration key that named this one).
-Result<std::string> api_key_from(const std::string& variable, std::string_view named_in);
+// another variable in `named_in` (the configuration key that named this one), and which of
+// several accounts it is for.
+Result<std::string> api_key_from(const std::string& variable, std::string_view named_in,
+                                 std::string_view account = {});
 
 // The Sandbox object as quarry's SandboxInfo (labels, resources in whole cores and GiB, state,
 // created time, network).
