@@ -95,4 +95,35 @@ bool valid_conversation_id(std::string_view id) {
   return !id.empty() && id.find_first_of("/.") == std::string_view::npos;
 }
 
+std::string exec_columns(bool with_output, std::string_view prefix) {
+  std::vector<std::string> columns;
+  for (std::string_view column : {"id",
+                                  "turn",
+                                  "tool_call_id",
+                                  "tool",
+                                  "sandbox_id",
+                                  "command",
+                                  "exit_code",
+                                  "signal",
+                                  "stdout",
+                                  "stderr",
+                                  "truncated",
+                                  "run_ms",
+                                  "cpu_ms",
+                                  "peak_memory_bytes",
+                                  "memory_limit_bytes",
+                                  "overhead_ms",
+                                  "oom",
+                                  "timed_out",
+                                  "message",
+                                  "started_at",
+                                  "denied_connections",
+                                  "denials"}) {
+    const bool output = column == "stdout" || column == "stderr";
+    columns.push_back(output && !with_output ? std::string("''")
+                                             : fmt::format("{}{}", prefix, column));
+  }
+  return fmt::format("{}", fmt::join(columns, ", "));
+}
+
 }  // namespace quarry::conversation

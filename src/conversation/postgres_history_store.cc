@@ -400,111 +400,6 @@ class AdvisoryTurnLock final : public TurnLock {
   int64_t key_;
 };
 
-constexpr std::string_view kConversationColumns =
-    "id, title, turns, created_at, updated_at, owner, network, packages";
-
-Conversation conversation_from(const Row& row) {
-  Conversation conversation{row.text(0),
-                            row.text(1),
-                            static_cast<int>(row.integer(2)),
-                            from_unix_ms(row.integer(3)),
-                            from_unix_ms(row.integer(4)),
-                            row.text(5),
-                            std::nullopt,
-                            names_from_text(row.text(7))};
-  if (!row.is_null(6)) conversation.network = network_from(row.text(6));
-  return conversation;
-}
-
-constexpr std::string_view kTurnColumns = "number, kind, status, error, started_at, finished_at";
-
-TurnRecord turn_from(const Row& row, int first) {
-  TurnRecord turn;
-  turn.number = static_cast<int>(row.integer(first));
-  turn.kind = turn_kind_from(row.text(first + 1));
-  turn.status = turn_status_from(row.text(first + 2));
-  turn.error = row.text(first + 3);
-  turn.started_at = from_unix_ms(row.integer(first + 4));
-  if (!row.is_null(first + 5)) turn.finished_at = from_unix_ms(row.integer(first + 5));
-  return turn;
-}
-
-// An exec record's columns after `prefix`; without output, stdout and stderr read as ''.
-std::string exec_columns(bool with_output, std::string_view prefix = "") {
-  std::vector<std::string> columns;
-  for (std::string_view column : {"id",
-                                  "turn",
-                                  "tool_call_id",
-                                  "tool",
-                                  "sandbox_id",
-                                  "command",
-                                  "exit_code",
-                                  "signal",
-                                  "stdout",
-                                  "stderr",
-                                  "truncated",
-                                  "run_ms",
-                                  "cpu_ms",
-                                  "peak_memory_bytes",
-                                  "memory_limit_bytes",
-                                  "overhead_ms",
-                                  "oom",
-                                  "timed_out",
-                                  "message",
-                                  "started_at",
-                                  "denied_connections",
-                                  "denials"}) {
-    const bool output = column == "stdout" || column == "stderr";
-    columns.push_back(output && !with_output ? std::string("''")
-                                             : fmt::format("{}{}", prefix, column));
-  }
-  return fmt::format("{}", fmt::join(columns, ", "));
-}
-
-ExecRecord exec_from(const Row& row, int first) {
-  ExecRecord exec;
-  exec.id = row.integer(first);
-  exec.turn = static_cast<int>(row.integer(first + 1));
-  exec.tool_call_id = row.text(first + 2);
-  exec.tool = row.text(first + 3);
-  exec.sandbox_id = row.text(first + 4);
-  exec.command = row.text(first + 5);
-  auto& r = exec.result;
-  r.exit_code = static_cast<int>(row.integer(first + 6));
-  if (!row.is_null(first + 7)) r.signal = static_cast<int>(row.integer(first + 7));
-  r.stdout_text = row.text(first + 8);
-  r.stderr_text = row.text(first + 9);
-  r.truncated = row.boolean(first + 10);
-  r.run_ms = row.real(first + 11);
-  r.cpu_ms = row.real(first + 12);
-  r.peak_memory_bytes = static_cast<uint64_t>(row.integer(first + 13));
-  r.memory_limit_bytes = static_cast<uint64_t>(row.integer(first + 14));
-  r.overhead_ms = row.real(first + 15);
-  r.oom = row.boolean(first + 16);
-  r.timed_out = row.boolean(first + 17);
-  if (!row.is_null(first + 18)) r.message = row.text(first + 18);
-  exec.started_at = from_unix_ms(row.integer(first + 19));
-  r.denied_connections = static_cast<uint64_t>(row.integer(first + 20));
-  r.denials = sandbox::denials_from_json(json_from_text(row.text(first + 21)));
-  return exec;
-}
-
-constexpr std::string_view kArtifactColumns =
-    "id, turn, tool_call_id, name, type, size_bytes, location, created_at";
-
-Artifact artifact_from(const Row& row, int first) {
-  Artifact artifact;
-  artifact.id = row.integer(first);
-  artifact.turn = static_cast<int>(row.integer(first + 1));
-  artifact.tool_call_id = row.text(first + 2);
-  artifact.name = row.text(first + 3);
-  artifact.type = row.text(first + 4);
-  artifact.size_bytes = static_cast<uint64_t>(row.integer(first + 5));
-  artifact.location = row.text(first + 6);
-  artifact.created_at = from_unix_ms(row.integer(first + 7));
-  return artifact;
-}
-
 // The executions an ExecQuery selects: FROM and WHERE over execs e joined with conversations c;
 // parameters 1 to 3 are the owner, the conversation and the id bound, each NULL when not asked.
 constexpr std::string_view kExecFilter =
@@ -519,19 +414,6 @@ std::vector<Param> exec_filter_params(const ExecQuery& query) {
 // LIMIT for "at most `limit`", where 0 (NULL: LIMIT ALL) means no limit.
 Param sql_limit(size_t limit) {
   return limit == 0 ? std::nullopt : number(static_cast<int64_t>(limit));
-}
-
-constexpr std::string_view kReferenceColumns =
-    "state, sandbox_id, last_used_at, files, kernel_names";
-
-SandboxReference reference_from(const Row& row, int first) {
-  SandboxReference reference;
-  reference.state = row.text(first);
-  reference.sandbox_id = row.text(first + 1);
-  if (!row.is_null(first + 2)) reference.last_used_at = from_unix_ms(row.integer(first + 2));
-  reference.files = names_from_text(row.text(first + 3));
-  reference.kernel_names = names_from_text(row.text(first + 4));
-  return reference;
 }
 
 // One INSERT of a conversation's row, in the same statement as the conversation's updated_at
@@ -689,7 +571,7 @@ Result<std::vector<Conversation>> PostgresHistoryStore::conversations(
           {optional(query.owner),
            query.after ? number(to_unix_ms(query.after->first)) : std::nullopt,
            query.after ? text(query.after->second) : std::nullopt, sql_limit(query.limit)}));
-  return rows<Conversation>(result, conversation_from);
+  return rows<Conversation>(result, conversation_from<Row>);
 }
 
 Result<void> PostgresHistoryStore::name_conversation(std::string_view id, std::string_view title) {
@@ -841,37 +723,19 @@ Result<Artifact> PostgresHistoryStore::record_artifact(std::string_view conversa
 Result<std::vector<Message>> PostgresHistoryStore::messages(std::string_view conversation_id) {
   ASSIGN_OR_RETURN(auto result,
                    run(*connections_, "reading messages",
-                       "SELECT id, turn, role, content, tool_calls, tool_call_id, details, "
-                       "created_at FROM messages WHERE conversation_id = $1 ORDER BY id",
+                       fmt::format("SELECT {} FROM messages WHERE conversation_id = $1 ORDER BY id",
+                                   kMessageColumns),
                        {text(conversation_id)}));
-  return rows<Message>(result, [](const Row& row) {
-    Message message;
-    message.id = row.integer(0);
-    message.turn = static_cast<int>(row.integer(1));
-    message.role = role_from(row.text(2));
-    message.content = row.text(3);
-    if (!row.is_null(4)) message.tool_calls = json_from_text(row.text(4));
-    message.tool_call_id = row.text(5);
-    if (!row.is_null(6)) message.details = json_from_text(row.text(6));
-    message.created_at = from_unix_ms(row.integer(7));
-    return message;
-  });
+  return rows<Message>(result, message_from<Row>);
 }
 
 Result<std::vector<Event>> PostgresHistoryStore::events(std::string_view conversation_id) {
   ASSIGN_OR_RETURN(auto result, run(*connections_, "reading events",
-                                    "SELECT id, turn, kind, sandbox_id, reason, details, "
-                                    "created_at FROM events WHERE conversation_id = $1 ORDER BY id",
+                                    fmt::format("SELECT {} FROM events WHERE conversation_id = $1 "
+                                                "ORDER BY id",
+                                                kEventColumns),
                                     {text(conversation_id)}));
-  return rows<Event>(result, [](const Row& row) {
-    return Event{row.integer(0),
-                 static_cast<int>(row.integer(1)),
-                 row.text(2),
-                 row.text(3),
-                 row.text(4),
-                 nlohmann::json::parse(row.text(5), nullptr, false),
-                 from_unix_ms(row.integer(6))};
-  });
+  return rows<Event>(result, event_from<Row>);
 }
 
 Result<std::vector<ExecRecord>> PostgresHistoryStore::execs(std::string_view conversation_id) {

@@ -218,6 +218,7 @@ class Statement {
   }
   int64_t integer(int column) const { return sqlite3_column_int64(statement_, column); }
   double real(int column) const { return sqlite3_column_double(statement_, column); }
+  bool boolean(int column) const { return integer(column) != 0; }
   bool is_null(int column) const { return sqlite3_column_type(statement_, column) == SQLITE_NULL; }
 
  private:
@@ -236,122 +237,6 @@ class FileTurnLock final : public TurnLock {
   UniqueFd fd_;
 };
 
-// JSON text from a column; null for NULL or text that does not parse.
-nlohmann::json json_from(const Statement& row, int column) {
-  if (row.is_null(column)) return nullptr;
-  return json_from_text(row.text(column));
-}
-
-// A conversation is these columns, in this order, of conversations.
-constexpr std::string_view kConversationColumns =
-    "id, title, turns, created_at, updated_at, owner, network, packages";
-
-Conversation conversation_from(const Statement& row) {
-  Conversation conversation{row.text(0),
-                            row.text(1),
-                            static_cast<int>(row.integer(2)),
-                            from_unix_ms(row.integer(3)),
-                            from_unix_ms(row.integer(4)),
-                            row.text(5),
-                            std::nullopt,
-                            {}};
-  if (!row.is_null(6)) conversation.network = network_from(row.text(6));
-  conversation.packages = names_from_text(row.text(7));
-  return conversation;
-}
-
-constexpr std::string_view kTurnColumns = "number, kind, status, error, started_at, finished_at";
-
-TurnRecord turn_from(const Statement& row, int first) {
-  TurnRecord turn;
-  turn.number = static_cast<int>(row.integer(first));
-  turn.kind = turn_kind_from(row.text(first + 1));
-  turn.status = turn_status_from(row.text(first + 2));
-  turn.error = row.text(first + 3);
-  turn.started_at = from_unix_ms(row.integer(first + 4));
-  if (!row.is_null(first + 5)) turn.finished_at = from_unix_ms(row.integer(first + 5));
-  return turn;
-}
-
-// An exec record is these columns of execs, in this order, each after `prefix` (a table
-// alias); `with_output` false reads empty stdout and stderr (lists of many executions leave out
-// up to 2 MiB of output each).
-std::string exec_columns(bool with_output, std::string_view prefix = "") {
-  std::vector<std::string> columns;
-  for (std::string_view column : {"id",
-                                  "turn",
-                                  "tool_call_id",
-                                  "tool",
-                                  "sandbox_id",
-                                  "command",
-                                  "exit_code",
-                                  "signal",
-                                  "stdout",
-                                  "stderr",
-                                  "truncated",
-                                  "run_ms",
-                                  "cpu_ms",
-                                  "peak_memory_bytes",
-                                  "memory_limit_bytes",
-                                  "overhead_ms",
-                                  "oom",
-                                  "timed_out",
-                                  "message",
-                                  "started_at",
-                                  "denied_connections",
-                                  "denials"}) {
-    const bool output = column == "stdout" || column == "stderr";
-    columns.push_back(output && !with_output ? std::string("''")
-                                             : fmt::format("{}{}", prefix, column));
-  }
-  return fmt::format("{}", fmt::join(columns, ", "));
-}
-
-ExecRecord exec_from(const Statement& row, int first) {
-  ExecRecord exec;
-  exec.id = row.integer(first);
-  exec.turn = static_cast<int>(row.integer(first + 1));
-  exec.tool_call_id = row.text(first + 2);
-  exec.tool = row.text(first + 3);
-  exec.sandbox_id = row.text(first + 4);
-  exec.command = row.text(first + 5);
-  auto& r = exec.result;
-  r.exit_code = static_cast<int>(row.integer(first + 6));
-  if (!row.is_null(first + 7)) r.signal = static_cast<int>(row.integer(first + 7));
-  r.stdout_text = row.text(first + 8);
-  r.stderr_text = row.text(first + 9);
-  r.truncated = row.integer(first + 10) != 0;
-  r.run_ms = row.real(first + 11);
-  r.cpu_ms = row.real(first + 12);
-  r.peak_memory_bytes = static_cast<uint64_t>(row.integer(first + 13));
-  r.memory_limit_bytes = static_cast<uint64_t>(row.integer(first + 14));
-  r.overhead_ms = row.real(first + 15);
-  r.oom = row.integer(first + 16) != 0;
-  r.timed_out = row.integer(first + 17) != 0;
-  if (!row.is_null(first + 18)) r.message = row.text(first + 18);
-  exec.started_at = from_unix_ms(row.integer(first + 19));
-  r.denied_connections = static_cast<uint64_t>(row.integer(first + 20));
-  r.denials =
-      sandbox::denials_from_json(nlohmann::json::parse(row.text(first + 21), nullptr, false));
-  return exec;
-}
-
-constexpr std::string_view kArtifactColumns =
-    "id, turn, tool_call_id, name, type, size_bytes, location, created_at";
-
-Artifact artifact_from(const Statement& row, int first) {
-  Artifact artifact;
-  artifact.id = row.integer(first);
-  artifact.turn = static_cast<int>(row.integer(first + 1));
-  artifact.tool_call_id = row.text(first + 2);
-  artifact.name = row.text(first + 3);
-  artifact.type = row.text(first + 4);
-  artifact.size_bytes = static_cast<uint64_t>(row.integer(first + 5));
-  artifact.location = row.text(first + 6);
-  artifact.created_at = from_unix_ms(row.integer(first + 7));
-  return artifact;
-}
-
 // The executions an ExecQuery selects: FROM and WHERE over execs e joined with conversations c,
 // naming only the filters the query has (so SQLite can use the indexes); parameters 1 to 3 are
 // the owner, the conversation and the id bound.
@@ -367,21 +252,6 @@ void bind_exec_filter(Statement& statement, const ExecQuery& query) {
   if (query.owner) statement.bind(1, *query.owner);
   if (query.conversation_id) statement.bind(2, *query.conversation_id);
   if (query.before_id) statement.bind(3, *query.before_id);
-}
-
-// A sandbox reference is these columns, in this order, of sandbox_references.
-constexpr std::string_view kReferenceColumns =
-    "state, sandbox_id, last_used_at, files, kernel_names";
-
-// The reference whose kReferenceColumns start at column `first` of `row`.
-SandboxReference reference_from(const Statement& row, int first) {
-  SandboxReference reference;
-  reference.state = row.text(first);
-  reference.sandbox_id = row.text(first + 1);
-  if (!row.is_null(first + 2)) reference.last_used_at = from_unix_ms(row.integer(first + 2));
-  reference.files = names_from_text(row.text(first + 3));
-  reference.kernel_names = names_from_text(row.text(first + 4));
-  return reference;
 }
 
 // SQLite's LIMIT for "at most `limit`", where 0 means no limit.
@@ -856,36 +726,15 @@ Result<std::vector<TurnRecord>> SqliteHistoryStore::turns(std::string_view conve
 Result<std::vector<Message>> SqliteHistoryStore::messages(std::string_view conversation_id) {
   return select_all<Message>(
       conversation_id, "reading messages",
-      "SELECT id, turn, role, content, tool_calls, tool_call_id, details, created_at FROM messages "
-      "WHERE conversation_id = ? ORDER BY id",
-      [](const Statement& row) {
-        Message message;
-        message.id = row.integer(0);
-        message.turn = static_cast<int>(row.integer(1));
-        message.role = role_from(row.text(2));
-        message.content = row.text(3);
-        message.tool_calls = json_from(row, 4);
-        message.tool_call_id = row.text(5);
-        message.details = json_from(row, 6);
-        message.created_at = from_unix_ms(row.integer(7));
-        return message;
-      });
+      fmt::format("SELECT {} FROM messages WHERE conversation_id = ? ORDER BY id", kMessageColumns),
+      message_from<Statement>);
 }
 
 Result<std::vector<Event>> SqliteHistoryStore::events(std::string_view conversation_id) {
   return select_all<Event>(
       conversation_id, "reading events",
-      "SELECT id, turn, kind, sandbox_id, reason, details, created_at FROM events "
-      "WHERE conversation_id = ? ORDER BY id",
-      [](const Statement& row) {
-        return Event{row.integer(0),
-                     static_cast<int>(row.integer(1)),
-                     row.text(2),
-                     row.text(3),
-                     row.text(4),
-                     nlohmann::json::parse(row.text(5), nullptr, false),
-                     from_unix_ms(row.integer(6))};
-      });
+      fmt::format("SELECT {} FROM events WHERE conversation_id = ? ORDER BY id", kEventColumns),
+      event_from<Statement>);
 }
 
 Result<std::vector<ExecRecord>> SqliteHistoryStore::execs(std::string_view conversation_id) {
