@@ -456,8 +456,8 @@ Result<void> parse_database(const Walker& walk, const YAML::Node& node, Database
 
 Result<void> parse_conversations(const Walker& walk, const YAML::Node& node,
                                  ConversationsConfig& out) {
-  RETURN_IF_ERROR(
-      walk.check_map(node, "conversations", {"instance_id", "store", "url", "context"}));
+  RETURN_IF_ERROR(walk.check_map(node, "conversations",
+                                 {"instance_id", "store", "url", "server_timeout", "context"}));
   if (node.IsNull()) return {};
   if (auto value = node["store"]) {
     ASSIGN_OR_RETURN(out.store, walk.scalar(value, "conversations.store"));
@@ -482,6 +482,14 @@ Result<void> parse_conversations(const Walker& walk, const YAML::Node& node,
     return walk.fail(node["url"], "conversations.url",
                      "only the postgres store reads it: set conversations.store: postgres, or "
                      "remove conversations.url to keep the history in <state>/history.db");
+  }
+  if (auto value = node["server_timeout"]) {
+    ASSIGN_OR_RETURN(out.server_timeout,
+                     walk.positive_duration(value, "conversations.server_timeout"));
+    if (out.server_timeout < std::chrono::milliseconds(500)) {
+      return walk.fail(value, "conversations.server_timeout",
+                       "must be at least 500ms: shorter, a busy server would be taken for dead");
+    }
   }
   if (auto value = node["instance_id"]) {
     ASSIGN_OR_RETURN(out.instance_id, walk.scalar(value, "conversations.instance_id"));

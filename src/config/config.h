@@ -147,6 +147,10 @@ struct ConversationsConfig {
   // libpq URL or key=value string of the PostgreSQL database for store: postgres. It may hold a
   // password: never put it in a message.
   std::string url;
+  // With a postgres store: a server whose heartbeat is older than this is taken for dead, and a
+  // live server removes its sandboxes and records its running turns interrupted. Servers
+  // refresh their heartbeat every sixth of it (at most every 5 s).
+  Duration server_timeout = std::chrono::seconds(30);
   ContextConfig context;
 };
 

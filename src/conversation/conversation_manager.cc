@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -433,12 +434,16 @@ Result<bool> ConversationManager::evict(const std::string& conversation_id,
 
 Result<int> ConversationManager::shutdown() {
   ASSIGN_OR_RETURN(auto references, history_.sandbox_references());
+  ASSIGN_OR_RETURN(auto mine, provider_.find({{std::string(kBootLabel), boot_id_}}));
+  std::set<std::string> made_here;
+  for (const auto& info : mine)
+    made_here.insert(info.id);
   auto held = [](const SandboxReference& reference) {
     return holds_sandbox(state_of(reference)) || state_of(reference) == kStarting;
   };
   int deleted = 0;
   for (const auto& [conversation_id, reference] : references) {
-    if (!held(reference) || reference.sandbox_id.empty()) continue;
+    if (!held(reference) || !made_here.contains(reference.sandbox_id)) continue;
     ASSIGN_OR_RETURN(bool done,
                      delete_between_turns(conversation_id, reference.sandbox_id, "shutdown", held));
     deleted += done;
@@ -447,9 +452,27 @@ Result<int> ConversationManager::shutdown() {
   return deleted + scheduler_->shutdown();
 }
 
-Result<int> ConversationManager::destroy_orphans() {
+Result<int> ConversationManager::destroy_orphans(const std::vector<std::string>& alive) {
   ASSIGN_OR_RETURN(auto found,
                    provider_.find({{std::string(kInstanceLabel), options_.instance_id}}));
+  std::erase_if(found, [&](const sandbox::SandboxInfo& info) {
+    auto boot = info.labels.find(std::string(kBootLabel));
+    return boot != info.labels.end() &&
+           (boot->second == boot_id_ ||
+            std::find(alive.begin(), alive.end(), boot->second) != alive.end());
+  });
+  return destroy_found(found);
+}
+
+Result<int> ConversationManager::take_over(std::string_view boot_id) {
+  if (boot_id == boot_id_) {
+    return make_error(ErrorCode::kInvalidArgument, "a server cannot take over its own run");
+  }
+  ASSIGN_OR_RETURN(auto found, provider_.find({{std::string(kBootLabel), std::string(boot_id)}}));
+  return destroy_found(found);
+}
+
+Result<int> ConversationManager::destroy_found(const std::vector<sandbox::SandboxInfo>& found) {
   // Which conversation holds each sandbox: its reference says so (a sandbox from the warm pool
   // carries no conversation label).
   ASSIGN_OR_RETURN(auto references, history_.sandbox_references());
@@ -459,8 +482,6 @@ Result<int> ConversationManager::destroy_orphans() {
   }
   int destroyed = 0;
   for (const auto& info : found) {
-    auto boot = info.labels.find(std::string(kBootLabel));
-    if (boot != info.labels.end() && boot->second == boot_id_) continue;
     if (auto conversation = holder.find(info.id); conversation != holder.end()) {
       auto any = [](const SandboxReference&) { return true; };
       ASSIGN_OR_RETURN(bool done,

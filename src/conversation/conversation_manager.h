@@ -70,8 +70,14 @@ class ConversationManager {
   Result<sandbox::Runtime> sandbox_runtime() { return provider_.runtime(); }
 
   // For a server starting up: destroys every sandbox of this instance that an earlier run
-  // left (orphans), recording it in their conversations. Returns how many.
-  Result<int> destroy_orphans();
+  // left (orphans), recording it in their conversations, except those of the runs in `alive`
+  // (the boot ids of live servers sharing the history). Returns how many.
+  Result<int> destroy_orphans(const std::vector<std::string>& alive = {});
+
+  // For a live server taking over one that stopped (its heartbeat did): destroys the sandboxes
+  // of its run, found by their quarry.boot label, recording sandbox_deleted (reason orphan) in
+  // their conversations; those a turn of a live server is using stay. Returns how many.
+  Result<int> take_over(std::string_view boot_id);
 
   // Starts the next turn of a conversation, recorded as running. Refused with kAborted while
   // another turn of the same conversation runs, in this process or any other: two turns never
@@ -93,8 +99,8 @@ class ConversationManager {
   // alone). The conversations stay; their next turn gets a new sandbox. Returns how many.
   Result<int> reap_idle();
 
-  // A normal shutdown: deletes every sandbox this instance's conversations hold, and the warm
-  // pool's.
+  // A normal shutdown: deletes every sandbox of this run that conversations hold, and the warm
+  // pool's (sandboxes other servers sharing the history made are theirs to delete).
   Result<int> shutdown();
 
  private:
@@ -129,6 +135,8 @@ class ConversationManager {
   Result<bool> evict(const std::string& conversation_id, const std::string& sandbox_id);
   // Destroys the sandbox of a conversation not in a turn and records why; used by the reaper,
   // shutdown, eviction and orphan cleanup.
+  // Destroys the sandboxes `found`, recording orphan in the conversations that hold them.
+  Result<int> destroy_found(const std::vector<sandbox::SandboxInfo>& found);
   Result<bool> delete_between_turns(const std::string& conversation_id,
                                     const std::string& sandbox_id, std::string_view reason,
                                     const std::function<bool(const SandboxReference&)>& still);

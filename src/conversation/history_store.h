@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "conversation/server_registry.h"
 #include "sandbox/provider.h"
 
 namespace quarry::conversation {
@@ -217,6 +218,9 @@ class HistoryStore {
   // only those of one owner's conversations.
   virtual Result<std::vector<std::pair<std::string, SandboxReference>>> sandbox_references(
       const std::optional<std::string>& owner = std::nullopt) = 0;
+
+  // The registry of the servers sharing this history; null for a history of one server.
+  virtual ServerRegistry* registry() { return nullptr; }
 };
 
 }  // namespace quarry::conversation

@@ -1,14 +1,20 @@
 #include "conversation/postgres_history_store.h"
 
 #include <fmt/ranges.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/random_id.h"
@@ -216,12 +222,21 @@ CREATE TABLE stream_events (
   data text NOT NULL,
   PRIMARY KEY (conversation_id, turn, seq)
 );
+)sql"},
+                                                     {6, R"sql(
+CREATE TABLE servers (
+  boot_id text COLLATE "C" PRIMARY KEY,
+  instance_id text NOT NULL,
+  url text NOT NULL,
+  started_at bigint NOT NULL,
+  heartbeat_at bigint NOT NULL
+);
 )sql"}};
 
 // The tables of the schema: one of them without schema_version is another application's.
 constexpr std::string_view kTables =
     "{schema_version,conversations,turns,messages,events,execs,artifacts,sandbox_references,"
-    "stream_events}";
+    "stream_events,servers}";
 
 // A 64-bit advisory lock key from a name.
 int64_t advisory_key(std::string_view name) {
@@ -441,15 +456,15 @@ int64_t PostgresHistoryStore::turn_lock_key(std::string_view conversation_id) {
 }
 
 PostgresHistoryStore::PostgresHistoryStore(std::shared_ptr<PostgresConnections> connections,
-                                           const Clock& clock)
-    : connections_(std::move(connections)), clock_(clock) {}
+                                           const Clock& clock, std::string url)
+    : connections_(std::move(connections)), clock_(clock), url_(std::move(url)) {}
 
 PostgresHistoryStore::~PostgresHistoryStore() = default;
 
 Result<std::unique_ptr<PostgresHistoryStore>> PostgresHistoryStore::open(const std::string& url,
                                                                          const Clock& clock) {
   std::unique_ptr<PostgresHistoryStore> store(
-      new PostgresHistoryStore(std::make_shared<PostgresConnections>(url), clock));
+      new PostgresHistoryStore(std::make_shared<PostgresConnections>(url), clock, url));
   RETURN_IF_ERROR(store->migrate());
   return store;
 }
@@ -806,9 +821,12 @@ Result<ExecTotals> PostgresHistoryStore::exec_totals(const ExecQuery& query) {
 
 Result<void> PostgresHistoryStore::append_stream_event(std::string_view conversation_id,
                                                        const StreamEvent& event) {
+  // The NOTIFY is sent when the INSERT commits, never without it.
   RETURN_IF_ERROR(run(*connections_, "recording a stream event",
-                      "INSERT INTO stream_events (conversation_id, turn, seq, type, data) "
-                      "VALUES ($1, $2, $3, $4, $5)",
+                      "WITH recorded AS (INSERT INTO stream_events (conversation_id, turn, seq, "
+                      "type, data) VALUES ($1, $2, $3, $4, $5) RETURNING conversation_id, turn, "
+                      "seq) SELECT pg_notify('quarry_stream_events', conversation_id || ' ' || "
+                      "turn || ' ' || seq) FROM recorded",
                       {text(conversation_id), number(event.turn), number(event.seq),
                        text(event.type), text(event.data)}));
   return {};
@@ -864,6 +882,175 @@ PostgresHistoryStore::sandbox_references(const std::optional<std::string>& owner
   return rows<std::pair<std::string, SandboxReference>>(result, [](const Row& row) {
     return std::pair{row.text(0), reference_from(row, 1)};
   });
+}
+
+// The LISTEN side of the stream events' NOTIFYs: a connection of its own, on a thread that
+// waits on its socket (and on an eventfd that says stop), reconnecting when it breaks.
+class StreamEventChannel final : public Subscription {
+ public:
+  StreamEventChannel(std::string url, StreamEventListener listener)
+      : url_(std::move(url)), listener_(std::move(listener)), stop_(::eventfd(0, EFD_CLOEXEC)) {}
+  ~StreamEventChannel() override {
+    const uint64_t one = 1;
+    if (::write(stop_, &one, sizeof one) < 0) {
+      // Cannot happen with a valid eventfd; the thread would then wait out its poll timeout.
+    }
+    if (thread_.joinable()) thread_.join();
+    ::close(stop_);
+  }
+
+  // Connects and LISTENs now (so no event recorded after this returns is missed), then goes on
+  // on a thread.
+  Result<void> start() {
+    if (stop_ < 0) return make_error(ErrorCode::kInternal, "eventfd: {}", std::strerror(errno));
+    ASSIGN_OR_RETURN(auto connection, connect());
+    thread_ = std::thread(
+        [this, connection = std::move(connection)]() mutable { run(std::move(connection)); });
+    return {};
+  }
+
+ private:
+  Result<data::Connection> connect() {
+    auto connection = data::Connection::open(url_);
+    if (!connection) {
+      return std::unexpected(history_error(std::move(connection).error(), "listening for events"));
+    }
+    if (auto listening = connection->exec("LISTEN quarry_stream_events"); !listening) {
+      return std::unexpected(history_error(std::move(listening).error(), "listening for events"));
+    }
+    return connection;
+  }
+
+  // Whether to stop, after waiting up to `timeout` for it.
+  bool stopping(std::chrono::milliseconds timeout) {
+    pollfd stop{stop_, POLLIN, 0};
+    return ::poll(&stop, 1, static_cast<int>(timeout.count())) > 0;
+  }
+
+  void run(data::Connection connection) {
+    while (hear(connection)) {
+      for (;;) {
+        if (stopping(std::chrono::seconds(1))) return;
+        auto again = connect();
+        if (again) {
+          connection = std::move(*again);
+          break;
+        }
+        spdlog::warn("{}; trying again in a second", again.error().message);
+      }
+      listener_("", 0, 0);  // what was recorded while it was away was not heard
+    }
+  }
+
+  // Delivers the notifications on `connection` until told to stop (false) or the connection
+  // breaks (true).
+  bool hear(data::Connection& connection) {
+    PGconn* pg = connection.get();
+    for (;;) {
+      pollfd fds[2] = {{stop_, POLLIN, 0}, {PQsocket(pg), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      if (fds[0].revents != 0) return false;
+      if (fds[1].revents == 0) continue;
+      if (PQconsumeInput(pg) == 0) {
+        spdlog::warn("the PostgreSQL history's event connection broke ({}); reconnecting",
+                     PQerrorMessage(pg));
+        return true;
+      }
+      while (PGnotify* notify = PQnotifies(pg)) {
+        deliver(notify->extra);
+        PQfreemem(notify);
+      }
+    }
+  }
+
+  // "<conversation> <turn> <seq>" to the listener.
+  void deliver(std::string_view payload) {
+    const auto first = payload.find(' ');
+    const auto second = payload.rfind(' ');
+    if (first == std::string_view::npos || second == first) return;
+    int turn = 0;
+    int64_t seq = 0;
+    const auto turn_text = payload.substr(first + 1, second - first - 1);
+    const auto seq_text = payload.substr(second + 1);
+    std::from_chars(turn_text.data(), turn_text.data() + turn_text.size(), turn);
+    std::from_chars(seq_text.data(), seq_text.data() + seq_text.size(), seq);
+    listener_(std::string(payload.substr(0, first)), turn, seq);
+  }
+
+  const std::string url_;
+  StreamEventListener listener_;
+  const int stop_;
+  std::thread thread_;
+};
+
+namespace {
+
+// The database's clock in Unix milliseconds, so every server measures heartbeats alike.
+constexpr std::string_view kNowMs = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+}  // namespace
+
+Result<void> PostgresHistoryStore::enter(const ServerRecord& server) {
+  RETURN_IF_ERROR(run(*connections_, "recording this server",
+                      fmt::format("INSERT INTO servers (boot_id, instance_id, url, started_at, "
+                                  "heartbeat_at) VALUES ($1, $2, $3, {0}, {0}) ON CONFLICT "
+                                  "(boot_id) DO UPDATE SET instance_id = excluded.instance_id, "
+                                  "url = excluded.url, heartbeat_at = excluded.heartbeat_at",
+                                  kNowMs),
+                      {text(server.boot_id), text(server.instance_id), text(server.url)}));
+  return {};
+}
+
+Result<bool> PostgresHistoryStore::beat(std::string_view boot_id) {
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "refreshing this server's heartbeat",
+          fmt::format("UPDATE servers SET heartbeat_at = {} WHERE boot_id = $1", kNowMs),
+          {text(boot_id)}));
+  return changed(result) > 0;
+}
+
+Result<void> PostgresHistoryStore::leave(std::string_view boot_id) {
+  RETURN_IF_ERROR(run(*connections_, "removing this server's record",
+                      "DELETE FROM servers WHERE boot_id = $1", {text(boot_id)}));
+  return {};
+}
+
+Result<std::vector<ServerRecord>> PostgresHistoryStore::servers() {
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "reading the servers",
+                       fmt::format("SELECT boot_id, instance_id, url, started_at, heartbeat_at, "
+                                   "{} - heartbeat_at FROM servers ORDER BY started_at, boot_id",
+                                   kNowMs)));
+  return rows<ServerRecord>(result, [](const Row& row) {
+    return ServerRecord{row.text(0),
+                        row.text(1),
+                        row.text(2),
+                        from_unix_ms(row.integer(3)),
+                        from_unix_ms(row.integer(4)),
+                        std::chrono::milliseconds(std::max<int64_t>(0, row.integer(5)))};
+  });
+}
+
+Result<bool> PostgresHistoryStore::claim(std::string_view boot_id,
+                                         std::chrono::milliseconds timeout) {
+  // One DELETE: of servers claiming at once, only the one whose DELETE removed the row sees it.
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "taking over a silent server",
+          fmt::format("DELETE FROM servers WHERE boot_id = $1 AND heartbeat_at < {} - $2", kNowMs),
+          {text(boot_id), number(timeout.count())}));
+  return changed(result) > 0;
+}
+
+Result<std::unique_ptr<Subscription>> PostgresHistoryStore::listen_stream_events(
+    StreamEventListener listener) {
+  auto channel = std::make_unique<StreamEventChannel>(url_, std::move(listener));
+  RETURN_IF_ERROR(channel->start());
+  return channel;
 }
 
 }  // namespace quarry::conversation

@@ -17,6 +17,11 @@
 // NUL, as the API and the model see it anyway (the SQLite store keeps the bytes as they are).
 // Times are Unix milliseconds (bigint), as in the SQLite store.
 //
+// It is also the registry of the servers sharing it (a `servers` table, times by the database's
+// clock), and tells each server of the stream events recorded: an INSERT into stream_events
+// sends a NOTIFY on the channel quarry_stream_events ("<conversation> <turn> <seq>") in the
+// same statement, which a connection of the listener's, LISTENing, receives.
+//
 // A database whose schema is newer than this build's is refused and never modified, and so is
 // one that already has tables of these names but no quarry schema_version.
 #pragma once
@@ -30,11 +35,12 @@ namespace quarry::conversation {
 
 class PostgresConnections;
 
-class PostgresHistoryStore final : public HistoryStore {
+class PostgresHistoryStore final : public HistoryStore, public ServerRegistry {
  public:
-  // The schema version this build writes, the same number as the SQLite store's: version 5 is
-  // created at once (the PostgreSQL store began there); later versions migrate from it.
-  static constexpr int kSchemaVersion = 5;
+  // The schema version this build writes. Version 5 is created at once, the same tables as the
+  // SQLite store's version 5 (the PostgreSQL store began there); 6 adds the servers, which only
+  // a shared history has, so from there the two numbers go their own ways.
+  static constexpr int kSchemaVersion = 6;
   // Calls running on the database at once (each on a connection of its own).
   static constexpr size_t kMaxConnections = 8;
 
@@ -84,14 +90,24 @@ class PostgresHistoryStore final : public HistoryStore {
                                      const SandboxReference& reference) override;
   Result<std::vector<std::pair<std::string, SandboxReference>>> sandbox_references(
       const std::optional<std::string>& owner = std::nullopt) override;
+  ServerRegistry* registry() override { return this; }
+
+  Result<void> enter(const ServerRecord& server) override;
+  Result<bool> beat(std::string_view boot_id) override;
+  Result<void> leave(std::string_view boot_id) override;
+  Result<std::vector<ServerRecord>> servers() override;
+  Result<bool> claim(std::string_view boot_id, std::chrono::milliseconds timeout) override;
+  Result<std::unique_ptr<Subscription>> listen_stream_events(StreamEventListener listener) override;
 
  private:
-  PostgresHistoryStore(std::shared_ptr<PostgresConnections> connections, const Clock& clock);
+  PostgresHistoryStore(std::shared_ptr<PostgresConnections> connections, const Clock& clock,
+                       std::string url);
   Result<void> migrate();
 
   // Shared with the turn locks handed out, which may outlive the store.
   std::shared_ptr<PostgresConnections> connections_;
   const Clock& clock_;
+  std::string url_;
 };
 
 }  // namespace quarry::conversation

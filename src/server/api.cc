@@ -271,6 +271,14 @@ ApiResult<ApiReply> Api::dispatch(const ApiRequest& request) {
   return api_error(500, "internal", "no handler for {}", request.path);
 }
 
+std::optional<int> Api::running_turn(const std::string& conversation_id) {
+  auto turns = services_.history.turns(conversation_id);
+  if (!turns || turns->empty() || turns->back().status != conversation::TurnStatus::kRunning) {
+    return std::nullopt;
+  }
+  return turns->back().number;
+}
+
 ApiResult<conversation::Conversation> Api::owned(const ApiRequest& request, std::string_view id) {
   auto conversation = services_.history.conversation(id);
   if (!conversation) {
@@ -665,6 +673,8 @@ ApiResult<ApiReply> Api::events(const ApiRequest& request) {
     reply.after = *id;
   } else if (auto live = services_.hub.live_turn(conversation->id)) {
     reply.after = {*live, 0};  // the running turn from its start
+  } else if (auto elsewhere = running_turn(conversation->id)) {
+    reply.after = {*elsewhere, 0};  // the turn another server runs, from its start
   } else {
     reply.after = {conversation->turns, std::numeric_limits<int64_t>::max()};  // what comes next
   }

@@ -103,6 +103,9 @@ class Api {
   ApiResult<ApiReply> dispatch(const ApiRequest& request);
   // The conversation `id` if it is the user's; another user's is as unknown as a missing one.
   ApiResult<conversation::Conversation> owned(const ApiRequest& request, std::string_view id);
+  // The conversation's turn the history records as running (in this server or another sharing
+  // the history), if any.
+  std::optional<int> running_turn(const std::string& conversation_id);
 
   ApiResult<ApiReply> page();
   ApiResult<ApiReply> asset(const ApiRequest& request);

@@ -17,6 +17,7 @@
 #include "server/daytona/daytona_api.h"
 #include "server/daytona/sandboxes.h"
 #include "server/http_server.h"
+#include "server/server_heartbeat.h"
 #include "server/turn_runner.h"
 
 namespace quarry::server {
@@ -123,10 +124,30 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
                  *model_unavailable);
   }
 
-  ASSIGN_OR_RETURN(int orphans, manager.destroy_orphans());
+  // With a shared history, the servers alive now keep their sandboxes, whatever their instance.
+  conversation::ServerRegistry* registry = history->registry();
+  const auto server_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(config.conversations.server_timeout);
+  std::vector<std::string> alive;
+  if (registry) {
+    ASSIGN_OR_RETURN(auto servers, registry->servers());
+    for (const auto& server : servers) {
+      if (server.silent_for <= server_timeout) alive.push_back(server.boot_id);
+    }
+  }
+  ASSIGN_OR_RETURN(int orphans, manager.destroy_orphans(alive));
   if (orphans > 0) spdlog::info("destroyed {} sandboxes an earlier run left", orphans);
   manager.scheduler().start_pool();
   StreamHub hub(*history);
+  // Events other servers record wake this one's watchers (before any turn can record one).
+  std::unique_ptr<conversation::Subscription> heard_elsewhere;
+  if (registry) {
+    ASSIGN_OR_RETURN(heard_elsewhere,
+                     registry->listen_stream_events(
+                         [&hub](const std::string& conversation_id, int turn, int64_t seq) {
+                           hub.heard(conversation_id, {turn, seq});
+                         }));
+  }
   ASSIGN_OR_RETURN(auto interrupted, manager.finish_interrupted_turns());
   for (const auto& [conversation_id, turn] : interrupted) {
     RETURN_IF_ERROR(hub.end_interrupted(conversation_id, turn, conversation::kInterruptedReason));
@@ -168,6 +189,14 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
                with_tokens ? fmt::format("tokens from {}", tokens_file.string())
                            : "no tokens: loopback only, one user 'local'",
                model ? config.model.name : "none");
+  std::optional<ServerHeartbeat> heartbeat;
+  if (registry) {
+    heartbeat.emplace(*registry, manager, hub,
+                      conversation::ServerRecord{
+                          manager.boot_id(), config.conversations.instance_id, url, {}, {}, {}},
+                      server_timeout);
+    RETURN_IF_ERROR(heartbeat->start());
+  }
   if (options.on_listening) options.on_listening(url);
 
   Reaper reaper(
@@ -205,6 +234,7 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
           } else {
             spdlog::info("destroyed {} sandbox{}", *deleted, *deleted == 1 ? "" : "es");
           }
+          if (heartbeat) heartbeat->leave();
           net::post(io, [&] {
             hub.close();
             // Streams write their last chunk; then the loop ends.

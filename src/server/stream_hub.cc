@@ -168,6 +168,20 @@ void StreamHub::disarm(const std::string& conversation_id, const Waiter& waiter)
   std::erase(found->second.waiters, waiter);
 }
 
+void StreamHub::heard(const std::string& conversation_id, EventId id) {
+  std::lock_guard lock(mutex_);
+  if (conversation_id.empty()) {
+    for (auto& [ignored, feed] : feeds_)
+      wake(feed.waiters);
+    return;
+  }
+  // Kept even with no watcher yet: one arming after reading the history, but before this, must
+  // find the event newer than where it stands and read again.
+  auto& feed = feeds_[conversation_id];
+  feed.latest = std::max(feed.latest, id);
+  wake(feed.waiters);
+}
+
 void StreamHub::close() {
   std::lock_guard lock(mutex_);
   closing_ = true;

@@ -3,6 +3,10 @@
 // resume from any event, and a finished turn be replayed, even after a restart) and kept in
 // memory while the turn runs, and every watcher of the conversation is woken. Watchers are
 // coroutines on the server's I/O thread: an idle one costs a timer, not a thread.
+//
+// With several servers on one history, a turn runs on one of them and may be watched through
+// any: the others read its events from the history, and are woken by heard() when one is
+// recorded (the registry's LISTEN/NOTIFY), through the same next/arm path as their own turns.
 #pragma once
 
 #include <map>
@@ -86,6 +90,11 @@ class StreamHub {
   Result<void> end_interrupted(const std::string& conversation_id, int turn,
                                std::string_view reason);
 
+  // Another server sharing the history recorded event `id` of the conversation (or this one
+  // did; the registry cannot tell): its watchers here wake and read it from the history. An
+  // empty conversation id wakes every watcher (events may have been missed).
+  void heard(const std::string& conversation_id, EventId id);
+
   // Server shutdown: every watcher wakes and finds the hub closing.
   void close();
   bool closing();
@@ -94,7 +103,7 @@ class StreamHub {
   friend class LiveTurn;
   struct Feed {
     std::shared_ptr<LiveTurn> live;
-    EventId latest;  // the last event published in this process
+    EventId latest;  // the last event published in this process, or heard of from another
     std::vector<Waiter> waiters;
   };
   void record(LiveTurn& turn, conversation::StreamEvent event);
