@@ -137,6 +137,7 @@ QuarryServer::QuarryServer(ServerOptions options) {
       "{}"
       "conversations:\n"
       "  instance_id: {}\n"
+      "{}"
       "model:\n"
       "{}"
       "server:\n"
@@ -146,8 +147,8 @@ QuarryServer::QuarryServer(ServerOptions options) {
       options.sandbox_config,
       options.database_url.empty() ? PostgresEnvironment::get().server().reader_conninfo
                                    : options.database_url,
-      options.database_config, options.instance_id, model, tokens_file_.string(),
-      options.server_config,
+      options.database_config, options.instance_id, options.conversations_config, model,
+      tokens_file_.string(), options.server_config,
       options.capacity_config.empty() ? "" : "capacity:\n" + options.capacity_config);
   user_suffix_ = fmt::format("-{}", counter);
   env_ = options.env;

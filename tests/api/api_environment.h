@@ -64,6 +64,7 @@ struct ServerOptions {
   std::string model_config{};     // instead of the scripted model: YAML lines under "model:"
   std::string capacity_config{};  // YAML lines under "capacity:", each indented two spaces
   std::string instance_id = "api-test";  // conversations.instance_id
+  std::string conversations_config{};    // more YAML lines under "conversations:", indented two
   // KEY=VALUE set in the environment of the server and of quarry() (e.g. a Daytona key).
   std::vector<std::string> env{};
   bool expect_start = true;  // false: the server is to refuse to start

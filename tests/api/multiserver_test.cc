@@ -1,0 +1,196 @@
+// Several `quarry serve` on one PostgreSQL history, as behind a load balancer: a turn started
+// through one server streams through another while it runs, and when a server is killed in the
+// middle of a turn a live one takes over what it left (its sandbox destroyed, its turn recorded
+// interrupted) and the conversation goes on through the others. No sandbox is left behind.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <sstream>
+
+#include "api_environment.h"
+#include "postgres_environment.h"
+#include "sandbox_environment.h"
+
+namespace quarry::testing {
+namespace {
+
+// A history database of its own for one test's servers, dropped at its end.
+class SharedHistory {
+ public:
+  SharedHistory() {
+    static std::atomic<int> counter = 0;
+    name_ = fmt::format("multiserver_{}_{}", ::getpid(), counter++);
+    admin_sql(fmt::format("DROP DATABASE IF EXISTS {}", name_));
+    admin_sql(fmt::format("CREATE DATABASE {}", name_));
+  }
+  ~SharedHistory() { admin_sql(fmt::format("DROP DATABASE {} WITH (FORCE)", name_)); }
+
+  // A server on it; its instance id labels its sandboxes.
+  ServerOptions server(const std::string& instance) const {
+    ServerOptions options;
+    options.instance_id = instance;
+    // In a key=value string the last dbname wins. A short timeout: a killed server is taken
+    // over within seconds.
+    options.conversations_config =
+        fmt::format("  store: postgres\n  url: \"{} dbname={}\"\n  server_timeout: 2s\n",
+                    PostgresEnvironment::get().server().admin_conninfo, name_);
+    return options;
+  }
+
+ private:
+  std::string name_;
+};
+
+std::string cells_path(const std::string& id) {
+  return fmt::format("/api/v1/conversations/{}/cells", id);
+}
+
+std::string python_cell(const std::string& code) {
+  return nlohmann::json({{"kind", "python"}, {"code", code}}).dump();
+}
+
+std::vector<std::string> ids(const std::vector<StreamEvent>& events) {
+  std::vector<std::string> list;
+  for (const auto& event : events)
+    list.push_back(event.id);
+  return list;
+}
+
+std::vector<sandbox::SandboxInfo> sandboxes(const sandbox::Labels& labels) {
+  auto found = SandboxEnvironment::get().provider().find(labels);
+  EXPECT_TRUE(found) << found.error().message;
+  return found ? *found : std::vector<sandbox::SandboxInfo>{};
+}
+
+// Stops the servers as an operator would (SIGTERM): each destroys the sandboxes it made.
+void stop_all(std::initializer_list<QuarryServer*> servers) {
+  for (auto* server : servers)
+    server->signal(SIGTERM);
+  for (auto* server : servers)
+    EXPECT_EQ(server->wait(), 0) << server->log();
+}
+
+TEST(Multiserver, ATurnStartedThroughOneServerStreamsThroughAnother) {
+  SharedHistory history;
+  QuarryServer a(history.server("multi-a")), b(history.server("multi-b")),
+      c(history.server("multi-c"));
+  ASSERT_TRUE(a.started() && b.started() && c.started());
+  ApiClient through_a(a.url()), through_b(b.url()), through_c(c.url());
+  const auto id = through_a.create_conversation("shared");
+  EXPECT_EQ(through_b.get("/api/v1/conversations/" + id).status, 200);
+
+  // The cell runs on a and waits for a gate, so what b streams is made while it watches.
+  BackgroundStream started(
+      through_a, "POST", cells_path(id),
+      python_cell("import os, time\nprint('waiting', flush=True)\n"
+                  "while not os.path.exists('/home/sandbox/gate'):\n    time.sleep(0.05)\n"
+                  "print('through', flush=True)\n"));
+  ASSERT_TRUE(started.wait_for_type("output"));
+  // b picks the turn up from its start; c follows the conversation without saying where from,
+  // and is given the running turn (which b's and c's own hubs know nothing of).
+  BackgroundStream on_b(through_b, "GET", fmt::format("/api/v1/conversations/{}/events", id), "",
+                        {{"Last-Event-ID", "1-0"}});
+  BackgroundStream on_c(through_c, "GET", fmt::format("/api/v1/conversations/{}/events", id));
+  for (auto* stream : {&on_b, &on_c})
+    ASSERT_TRUE(stream->wait_for_type("output"));
+  EXPECT_EQ(through_c.get("/api/v1/conversations/" + id).json["turns"][0]["status"], "running");
+  const std::string sandbox_id =
+      through_b.get("/api/v1/conversations/" + id).json["sandbox"]["sandbox_id"];
+  std::istringstream gate("open");
+  ASSERT_TRUE(
+      SandboxEnvironment::get().provider().write_file(sandbox_id, "/home/sandbox/gate", gate));
+
+  auto from_a = started.finish();
+  ASSERT_EQ(from_a.events.back().type, "done");
+  EXPECT_EQ(from_a.events.back().data["status"], "completed") << from_a.body;
+  for (auto* stream : {&on_b, &on_c}) {
+    auto done = stream->wait_for_type("done");
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->data["status"], "completed");
+    stream->drop();  // a follower goes on with the next turns
+    auto seen = stream->finish();
+    // Everything a's client saw, in the same order with the same ids, and nothing else.
+    EXPECT_EQ(ids(seen.events), ids(from_a.events));
+    std::string printed;  // output comes in pieces as it is written
+    for (const auto& output : of_type(seen.events, "output"))
+      printed += output.data["text"].get<std::string>();
+    EXPECT_EQ(printed, "waiting\nthrough\n");
+  }
+
+  stop_all({&a, &b, &c});
+  for (const char* instance : {"multi-a", "multi-b", "multi-c"}) {
+    EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
+  }
+}
+
+TEST(Multiserver, AServerKilledMidTurnIsTakenOverAndTheConversationGoesOn) {
+  SharedHistory history;
+  QuarryServer a(history.server("multi-a")), b(history.server("multi-b")),
+      c(history.server("multi-c"));
+  ASSERT_TRUE(a.started() && b.started() && c.started());
+  ApiClient through_a(a.url()), through_b(b.url()), through_c(c.url());
+  through_a.expect_breaks();
+  const auto id = through_a.create_conversation("survives a server");
+  auto first = through_a.cell(id, "python", "print('first', flush=True)");
+  ASSERT_EQ(first.events.back().data["status"], "completed") << first.body;
+
+  BackgroundStream sleeping(through_a, "POST", cells_path(id),
+                            python_cell("import time\nprint('sleeping', flush=True)\n"
+                                        "time.sleep(600)\n"));
+  ASSERT_TRUE(sleeping.wait_for_type("output"));
+  BackgroundStream watching(through_b, "GET", fmt::format("/api/v1/conversations/{}/events", id),
+                            "", {{"Last-Event-ID", "2-0"}});
+  ASSERT_TRUE(watching.wait_for_type("output"));
+  const std::string sandbox_id =
+      through_b.get("/api/v1/conversations/" + id).json["sandbox"]["sandbox_id"];
+  auto made_by_a = sandboxes({{"quarry.instance", "multi-a"}});
+  ASSERT_EQ(made_by_a.size(), 1u);
+  EXPECT_EQ(made_by_a[0].id, sandbox_id);
+  const std::string a_boot = made_by_a[0].labels.at("quarry.boot");
+
+  a.stop(SIGKILL);
+  // The stream through b ends as the turn does: interrupted, once a live server took a over.
+  auto done = watching.wait_for_type("done", std::chrono::seconds(60));
+  ASSERT_TRUE(done) << b.log() << c.log();
+  EXPECT_EQ(done->data["status"], "interrupted");
+  watching.drop();
+  EXPECT_TRUE(sandboxes({{"quarry.boot", a_boot}}).empty());
+  const std::string taker =
+      b.log().find("took over server " + a_boot) != std::string::npos
+          ? "b"
+          : (c.log().find("took over server " + a_boot) != std::string::npos ? "c" : "");
+  EXPECT_NE(taker, "") << "neither b nor c says it took over a";
+  EXPECT_FALSE(b.log().find("took over server " + a_boot) != std::string::npos &&
+               c.log().find("took over server " + a_boot) != std::string::npos)
+      << "both b and c took over a";
+
+  // The conversation goes on through c, in a new sandbox, told why.
+  auto next = through_c.cell(id, "python", "print('after', 2 + 2)");
+  ASSERT_EQ(next.events.back().data["status"], "completed") << next.body;
+  std::string printed;  // output comes in pieces as it is written
+  for (const auto& output : of_type(next.events, "output"))
+    printed += output.data["text"].get<std::string>();
+  EXPECT_EQ(printed, "after 4\n");
+
+  const auto document = through_b.get("/api/v1/conversations/" + id).json;
+  ASSERT_EQ(document["turns"].size(), 3u);
+  EXPECT_EQ(document["turns"][0]["status"], "completed");
+  EXPECT_EQ(document["turns"][1]["status"], "interrupted");
+  EXPECT_EQ(document["turns"][2]["status"], "completed");
+  bool orphan_recorded = false;
+  for (const auto& event : document["events"]) {
+    orphan_recorded =
+        orphan_recorded || (event["kind"] == "sandbox_deleted" && event["reason"] == "orphan" &&
+                            event["sandbox_id"] == sandbox_id);
+  }
+  EXPECT_TRUE(orphan_recorded) << document["events"].dump(2);
+  EXPECT_NE(document["sandbox"]["sandbox_id"], sandbox_id);
+
+  stop_all({&b, &c});
+  for (const char* instance : {"multi-a", "multi-b", "multi-c"}) {
+    EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
+  }
+}
+
+}  // namespace
+}  // namespace quarry::testing
