@@ -308,14 +308,14 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
     if (!labels) return void(exit_code = report(labels.error()));
     auto found = (*provider)->find(*labels);
     if (!found) return void(exit_code = report(found.error()));
+    // The local provider's proxy counts what it let through and refused; a remote engine does
+    // not say.
+    auto* local = dynamic_cast<sandbox::local::LocalProvider*>(*provider);
     // none, or the allowlist with what its proxy let through and refused so far.
     auto network_of = [&](const sandbox::SandboxInfo& info) {
       nlohmann::json network = {{"mode", "none"}};
       if (info.network.mode != NetworkMode::kAllowlist) return network;
       network = {{"mode", "allowlist"}, {"allow", info.network.allow}};
-      // The local provider's proxy counts what it let through and refused; a remote engine
-      // does not say.
-      auto* local = dynamic_cast<sandbox::local::LocalProvider*>(*provider);
       if (local == nullptr) return network;
       if (auto counted = local->network_activity(info.id)) {
         network["allowed"] = counted->allowed;
@@ -323,10 +323,9 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
       }
       return network;
     };
-    const bool local = dynamic_cast<sandbox::local::LocalProvider*>(*provider) != nullptr;
     auto network_text = [&](const nlohmann::json& network) -> std::string {
       if (network["mode"] == "none") return "none";
-      if (!local) return "allowlist";
+      if (local == nullptr) return "allowlist";
       if (!network.contains("denied")) return "allowlist (proxy down)";
       return fmt::format("allowlist ({} refused)", network["denied"].get<uint64_t>());
     };
