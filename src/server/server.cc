@@ -172,8 +172,9 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
            web_directory(config)});
 
   // Sandboxes made through the Daytona-compatible API, each held from the scheduler like a
-  // conversation's; idle ones past their autoStopInterval are looked for every 10 s.
-  daytona::Sandboxes daytona_sandboxes(manager.scheduler(), std::chrono::seconds(10));
+  // conversation's; idle ones past their autoStopInterval (stopped ones past their
+  // autoDeleteInterval) are looked for every 10 s.
+  daytona::Sandboxes daytona_sandboxes(manager.scheduler(), *provider, std::chrono::seconds(10));
   daytona::DaytonaApi daytona_api({config, daytona_sandboxes, *provider});
 
   net::io_context io(1);

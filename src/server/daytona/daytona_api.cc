@@ -347,8 +347,9 @@ ApiResult<ApiReply> DaytonaApi::dispatch(const ApiRequest& request) {
   return refuse(404, fmt::format("Cannot {} {}", request.method, request.path));
 }
 
-nlohmann::json DaytonaApi::sandbox_json(const ApiRequest& request, const Record& record, bool full,
-                                        std::string_view state) const {
+nlohmann::json DaytonaApi::sandbox_json(const ApiRequest& request, const Record& record,
+                                        bool full) const {
+  const std::string_view state = state_name(record.state);
   const std::string host =
       request.host.empty() ? services_.config.server.listen : std::string(request.host);
   nlohmann::json out = {
@@ -366,7 +367,7 @@ nlohmann::json DaytonaApi::sandbox_json(const ApiRequest& request, const Record&
       {"memory", whole_gib(record.resources.memory_bytes)},
       {"disk", whole_gib(record.resources.disk_bytes)},
       {"state", state},
-      {"desiredState", state == "destroyed" ? "destroyed" : "started"},
+      {"desiredState", state},
       {"autoStopInterval", record.auto_stop},
       {"autoArchiveInterval", record.auto_archive},
       {"autoDeleteInterval", record.auto_delete},
@@ -604,8 +605,8 @@ ApiResult<ApiReply> DaytonaApi::list(const ApiRequest& request) {
         !ascii_lower(record.name).starts_with(name_prefix)) {
       continue;
     }
-    // Every sandbox listed is started: the others are gone.
-    if (!states.empty() && std::find(states.begin(), states.end(), "started") == states.end()) {
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), state_name(record.state)) == states.end()) {
       continue;
     }
     const bool matches = std::all_of(labels.begin(), labels.end(), [&](const auto& wanted) {
@@ -632,21 +633,26 @@ ApiResult<ApiReply> DaytonaApi::remove(const ApiRequest& request, std::string_vi
   auto removed = services_.sandboxes.remove(request.identity.user, id);
   if (!removed) return refuse(removed.error());
   // Destroyed before the answer (Daytona's delete is asynchronous; this one is done).
-  return json(sandbox_json(request, *removed, true, "destroyed"));
+  return json(sandbox_json(request, *removed, true));
 }
 
 ApiResult<ApiReply> DaytonaApi::start(const ApiRequest& request, std::string_view id) {
-  // Every sandbox there is runs: starting one is nothing to do.
-  return read(request, id);
+  auto started = services_.sandboxes.start(request.identity.user, id);
+  if (!started) return refuse(started.error());
+  return json(sandbox_json(request, *started, true));
 }
 
 ApiResult<ApiReply> DaytonaApi::stop(const ApiRequest& request, std::string_view id) {
-  auto record = services_.sandboxes.get(request.identity.user, id);
-  if (!record) return refuse(record.error());
-  return refuse(400, fmt::format("Sandbox {} cannot be stopped: quarry's local sandboxes cannot "
-                                 "stop and start again with their files. Delete it when done, "
-                                 "or let autoStopInterval delete it when idle",
-                                 record->id));
+  // force (SIGKILL rather than SIGTERM) changes nothing here: the commands are always killed.
+  for (const auto& [name, value] : request.query_list) {
+    if (name == "force" && value != "true" && value != "false") {
+      return refuse(400, "force must be true or false");
+    }
+  }
+  // Done before the answer (Daytona's stop is asynchronous; the SDK polls until stopped).
+  auto stopped = services_.sandboxes.stop(request.identity.user, id);
+  if (!stopped) return refuse(stopped.error());
+  return json(sandbox_json(request, *stopped, true));
 }
 
 ApiResult<ApiReply> DaytonaApi::replace_labels(const ApiRequest& request, std::string_view id) {

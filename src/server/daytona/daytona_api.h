@@ -71,8 +71,7 @@ class DaytonaApi {
   // operations the provider has no call for; its exit code and output.
   ApiResult<sandbox::ExecResult> run(const Record& sandbox, std::vector<std::string> argv);
   // The Sandbox object of the main API (`full`: with env, as GET answers; else a list item).
-  nlohmann::json sandbox_json(const ApiRequest& request, const Record& record, bool full,
-                              std::string_view state = "started") const;
+  nlohmann::json sandbox_json(const ApiRequest& request, const Record& record, bool full) const;
 
   Services services_;
 };

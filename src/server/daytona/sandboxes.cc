@@ -6,8 +6,23 @@
 
 namespace quarry::server::daytona {
 
-Sandboxes::Sandboxes(capacity::Scheduler& scheduler, std::chrono::milliseconds reap_interval)
-    : scheduler_(scheduler), reaper_([this, reap_interval] { reap_loop(reap_interval); }) {}
+std::string_view state_name(State state) {
+  switch (state) {
+    case State::kStarted:
+      return "started";
+    case State::kStopped:
+      return "stopped";
+    case State::kDestroyed:
+      return "destroyed";
+  }
+  return "unknown";
+}
+
+Sandboxes::Sandboxes(capacity::Scheduler& scheduler, sandbox::SandboxProvider& provider,
+                     std::chrono::milliseconds reap_interval)
+    : scheduler_(scheduler),
+      provider_(provider),
+      reaper_([this, reap_interval] { reap_loop(reap_interval); }) {}
 
 Sandboxes::~Sandboxes() {
   shutdown();
@@ -97,55 +112,137 @@ Result<Record> Sandboxes::remove(std::string_view owner, std::string_view id_or_
     removed = std::move(found->second);
     records_.erase(found);
   }
+  released_.notify_all();
   if (auto destroyed = scheduler_.destroy(removed.id);
       !destroyed && destroyed.error().code != ErrorCode::kNotFound) {
     return std::unexpected(destroyed.error());
   }
+  removed.state = State::kDestroyed;
+  removed.updated_at = std::chrono::system_clock::now();
   return removed;
+}
+
+Result<Record> Sandboxes::stop(std::string_view owner, std::string_view id_or_name) {
+  Record stopped;
+  {
+    std::lock_guard lock(mutex_);
+    auto found = find(owner, id_or_name);
+    if (found == records_.end()) return not_found(id_or_name);
+    Record& record = found->second;
+    if (record.state != State::kStarted) {
+      return make_error(ErrorCode::kFailedPrecondition, "Sandbox is not started");
+    }
+    record.state = State::kStopped;
+    record.stopped_at = record.updated_at = std::chrono::system_clock::now();
+    stopped = record;
+  }
+  if (stopped.auto_delete == 0) return remove(owner, stopped.id);
+  end_commands(stopped.id);
+  spdlog::info("stopped sandbox {} of {} (Daytona API)", stopped.id, stopped.owner);
+  return stopped;
+}
+
+Result<Record> Sandboxes::start(std::string_view owner, std::string_view id_or_name) {
+  std::lock_guard lock(mutex_);
+  auto found = find(owner, id_or_name);
+  if (found == records_.end()) return not_found(id_or_name);
+  Record& record = found->second;
+  if (record.state == State::kStopped) {
+    record.state = State::kStarted;
+    record.updated_at = record.last_activity = std::chrono::system_clock::now();
+  }
+  return record;
+}
+
+void Sandboxes::end_commands(const std::string& id) {
+  auto end = [&] {
+    if (auto ended = provider_.stop_commands(id);
+        !ended && ended.error().code != ErrorCode::kNotFound) {
+      spdlog::warn("ending the commands of stopped sandbox {} failed: {}", id,
+                   ended.error().message);
+    }
+  };
+  end();
+  {
+    std::unique_lock lock(mutex_);
+    released_.wait(lock, [&] {
+      auto found = records_.find(id);
+      return found == records_.end() || found->second.in_use == 0;
+    });
+  }
+  end();
 }
 
 Result<Record> Sandboxes::use(std::string_view owner, std::string_view id) {
   std::lock_guard lock(mutex_);
   auto found = records_.find(std::string(id));  // the toolbox names sandboxes by id only
   if (found == records_.end() || found->second.owner != owner) return not_found(id);
+  if (found->second.state != State::kStarted) {
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "Sandbox {} is stopped: start it first (POST /sandbox/{}/start; "
+                      "sandbox.start() in the SDK)",
+                      id, id);
+  }
   ++found->second.in_use;
   found->second.last_activity = std::chrono::system_clock::now();
   return found->second;
 }
 
 void Sandboxes::release(std::string_view id) {
-  std::lock_guard lock(mutex_);
-  auto found = records_.find(std::string(id));
-  if (found == records_.end()) return;
-  --found->second.in_use;
-  found->second.last_activity = std::chrono::system_clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    auto found = records_.find(std::string(id));
+    if (found == records_.end()) return;
+    --found->second.in_use;
+    found->second.last_activity = std::chrono::system_clock::now();
+  }
+  released_.notify_all();
 }
 
 void Sandboxes::reap_loop(std::chrono::milliseconds interval) {
   std::unique_lock lock(mutex_);
   while (!stop_.wait_for(lock, interval, [this] { return stopping_; })) {
     const auto now = std::chrono::system_clock::now();
-    std::vector<Record> idle;
+    std::vector<Record> stopped, expired;
     for (auto it = records_.begin(); it != records_.end();) {
-      const Record& record = it->second;
-      if (record.auto_stop > 0 && record.in_use == 0 &&
-          now - record.last_activity >= std::chrono::minutes(record.auto_stop)) {
-        idle.push_back(record);
+      Record& record = it->second;
+      const bool idle = record.state == State::kStarted && record.auto_stop > 0 &&
+                        record.in_use == 0 &&
+                        now - record.last_activity >= std::chrono::minutes(record.auto_stop);
+      if (idle) {
+        record.state = State::kStopped;
+        record.stopped_at = record.updated_at = now;
+        spdlog::info(
+            "stopped sandbox {} of {} (Daytona API): idle longer than its autoStopInterval of "
+            "{} min",
+            record.id, record.owner, record.auto_stop);
+        if (record.auto_delete != 0) stopped.push_back(record);
+      }
+      if (record.state == State::kStopped && record.auto_delete >= 0 &&
+          now - record.stopped_at >= std::chrono::minutes(record.auto_delete)) {
+        expired.push_back(record);
         it = records_.erase(it);
       } else {
         ++it;
       }
     }
     lock.unlock();
-    for (const auto& record : idle) {
+    for (const auto& record : stopped) {
+      // Nothing was in use: only what its commands left running in the background.
+      if (auto ended = provider_.stop_commands(record.id); !ended) {
+        spdlog::warn("ending the commands of stopped sandbox {} failed: {}", record.id,
+                     ended.error().message);
+      }
+    }
+    for (const auto& record : expired) {
       auto destroyed = scheduler_.destroy(record.id);
       if (destroyed) {
         spdlog::info(
-            "deleted sandbox {} of {} (Daytona API): idle longer than its "
-            "autoStopInterval of {} min",
-            record.id, record.owner, record.auto_stop);
+            "deleted sandbox {} of {} (Daytona API): stopped longer than its "
+            "autoDeleteInterval of {} min",
+            record.id, record.owner, record.auto_delete);
       } else {
-        spdlog::warn("deleting idle sandbox {} (Daytona API) failed: {}", record.id,
+        spdlog::warn("deleting stopped sandbox {} (Daytona API) failed: {}", record.id,
                      destroyed.error().message);
       }
     }
@@ -163,6 +260,7 @@ int Sandboxes::shutdown() {
     records_.clear();
   }
   stop_.notify_all();
+  released_.notify_all();
   if (reaper_.joinable()) reaper_.join();
   int destroyed = 0;
   for (const auto& id : ids)

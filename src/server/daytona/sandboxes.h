@@ -5,8 +5,10 @@
 // conversation's sandbox. Records live in memory: like every sandbox of `quarry serve`, these
 // are destroyed when the server stops (and, after a crash, as orphans at its next start).
 //
-// A sandbox idle longer than its autoStopInterval is deleted, not stopped: the local provider
-// cannot stop a sandbox and start it again with its files (docs/daytona.md).
+// Stop ends every command in the sandbox and refuses toolbox calls until start; its files and its
+// place in the limits stay (Daytona's stopped sandbox keeps its disk). A sandbox idle longer
+// than its autoStopInterval is stopped; one stopped longer than its autoDeleteInterval is
+// deleted (autoDelete 0: at the stop).
 #pragma once
 
 #include <chrono>
@@ -28,6 +30,11 @@ namespace quarry::server::daytona {
 // On the provider's sandbox: who made it through the Daytona-compatible API.
 inline constexpr std::string_view kOwnerLabel = "quarry.daytona.owner";
 
+enum class State { kStarted, kStopped, kDestroyed };
+
+// Daytona's name of the state: started, stopped, destroyed.
+std::string_view state_name(State state);
+
 struct Record {
   std::string id;  // the provider's sandbox id
   std::string name;
@@ -40,14 +47,17 @@ struct Record {
   int64_t auto_stop = 15;
   int64_t auto_archive = 10080;
   int64_t auto_delete = -1;
-  std::chrono::system_clock::time_point created_at, updated_at, last_activity;
+  State state = State::kStarted;
+  std::chrono::system_clock::time_point created_at, updated_at, last_activity, stopped_at;
   uint64_t sequence = 0;  // creation order, for the list's cursor
   int in_use = 0;         // toolbox calls running now: never idle meanwhile
 };
 
 class Sandboxes {
  public:
-  Sandboxes(capacity::Scheduler& scheduler, std::chrono::milliseconds reap_interval);
+  // `provider` is the scheduler's: stop ends the commands in its sandboxes.
+  Sandboxes(capacity::Scheduler& scheduler, sandbox::SandboxProvider& provider,
+            std::chrono::milliseconds reap_interval);
   ~Sandboxes();
   Sandboxes(const Sandboxes&) = delete;
   Sandboxes& operator=(const Sandboxes&) = delete;
@@ -62,11 +72,17 @@ class Sandboxes {
   // Changes the owner's sandbox with `change` (under the lock: no blocking work) and returns it.
   Result<Record> update(std::string_view owner, std::string_view id_or_name,
                         const std::function<void(Record&)>& change);
-  // Destroys the owner's sandbox and returns what it was.
+  // Destroys the owner's sandbox and returns what it was, destroyed.
   Result<Record> remove(std::string_view owner, std::string_view id_or_name);
+  // Stops the owner's started sandbox: its commands end (toolbox calls running now fail) and
+  // later toolbox calls are refused until start. kFailedPrecondition when it is not started.
+  // With autoDeleteInterval 0 the sandbox is deleted instead, as Daytona does.
+  Result<Record> stop(std::string_view owner, std::string_view id_or_name);
+  // Starts the owner's stopped sandbox again (a started one is left as it is).
+  Result<Record> start(std::string_view owner, std::string_view id_or_name);
 
-  // A toolbox call on the owner's sandbox: its record, marked in use (never idle) until
-  // `release` with the same id, which also counts as activity.
+  // A toolbox call on the owner's started sandbox: its record, marked in use (never idle) until
+  // `release` with the same id, which also counts as activity. kFailedPrecondition when stopped.
   Result<Record> use(std::string_view owner, std::string_view id);
   void release(std::string_view id);
 
@@ -76,11 +92,16 @@ class Sandboxes {
  private:
   std::map<std::string, Record>::iterator find(std::string_view owner, std::string_view id_or_name);
   Result<Record> not_found(std::string_view id_or_name) const;
+  // Ends the commands of a sandbox just marked stopped: those running now, then, once no
+  // toolbox call is in flight (none can begin any more), any such a call started meanwhile.
+  void end_commands(const std::string& id);
   void reap_loop(std::chrono::milliseconds interval);
 
   capacity::Scheduler& scheduler_;
+  sandbox::SandboxProvider& provider_;
   std::mutex mutex_;
   std::condition_variable stop_;
+  std::condition_variable released_;  // a toolbox call ended
   bool stopping_ = false;
   uint64_t next_sequence_ = 1;
   std::map<std::string, Record> records_;  // by id

@@ -26,6 +26,7 @@ from daytona import (
     DaytonaValidationError,
     ListSandboxesQuery,
     Resources,
+    SandboxState,
 )
 
 
@@ -97,7 +98,37 @@ def lifecycle() -> None:
           (again.auto_stop_interval, again.auto_delete_interval))
     sandbox.start()  # already running: nothing to do
     check("start: started", sandbox.state == "started", sandbox.state)
-    raises("stop: refused, said why", DaytonaError, sandbox.stop, "cannot be stopped")
+
+    # Stop ends what runs and keeps the files; start makes it usable again.
+    sandbox.fs.upload_file(b"kept\n", "kept.txt")
+    sandbox.process.exec("nohup sleep 300 >/dev/null 2>&1 &")
+    sandbox.stop()
+    check("stop: stopped", sandbox.state == "stopped", sandbox.state)
+    check("stop: get says stopped", daytona.get(sandbox.id).state == "stopped")
+    stopped = [s.id for s in daytona.list(ListSandboxesQuery(labels={"suite": suite},
+                                                             states=[SandboxState.STOPPED]))]
+    check("stop: listed as stopped", stopped == [sandbox.id], stopped)
+    started = [s.id for s in daytona.list(ListSandboxesQuery(labels={"suite": suite},
+                                                             states=[SandboxState.STARTED]))]
+    check("stop: not listed as started", started == [], started)
+    raises("stop: no command runs in a stopped sandbox", DaytonaError,
+           lambda: sandbox.process.exec("true"), "is stopped: start it first")
+    raises("stop: a stopped sandbox is not stopped again", DaytonaError, sandbox.stop,
+           "Sandbox is not started")
+    sandbox.start()
+    check("start: started again", sandbox.state == "started", sandbox.state)
+    check("start: the files are kept", sandbox.fs.download_file("kept.txt") == b"kept\n")
+    sleeping = sandbox.process.exec(
+        "for p in /proc/[0-9]*; do cat $p/comm 2>/dev/null; done | grep -c '^sleep$'")
+    check("stop: what ran in the background was ended", sleeping.result.strip() == "0",
+          repr(sleeping.result))
+
+    # autoDeleteInterval 0: a stop deletes it, as Daytona does.
+    ephemeral = daytona.create(CreateSandboxFromSnapshotParams(auto_delete_interval=0))
+    ephemeral.stop()
+    check("stop with autoDelete 0: destroyed", ephemeral.state == "destroyed", ephemeral.state)
+    raises("stop with autoDelete 0: then get is not found", DaytonaNotFoundError,
+           lambda: daytona.get(ephemeral.id))
 
     sandbox.delete()
     raises("delete: then get is not found", DaytonaNotFoundError,
