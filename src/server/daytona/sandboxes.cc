@@ -202,8 +202,16 @@ void Sandboxes::release(std::string_view id) {
 void Sandboxes::reap_loop(std::chrono::milliseconds interval) {
   std::unique_lock lock(mutex_);
   while (!stop_.wait_for(lock, interval, [this] { return stopping_; })) {
-    const auto now = std::chrono::system_clock::now();
-    std::vector<Record> stopped, expired;
+    lock.unlock();
+    reap(std::chrono::system_clock::now());
+    lock.lock();
+  }
+}
+
+void Sandboxes::reap(std::chrono::system_clock::time_point now) {
+  std::vector<Record> stopped, expired;
+  {
+    std::lock_guard lock(mutex_);
     for (auto it = records_.begin(); it != records_.end();) {
       Record& record = it->second;
       const bool idle = record.state == State::kStarted && record.auto_stop > 0 &&
@@ -226,27 +234,25 @@ void Sandboxes::reap_loop(std::chrono::milliseconds interval) {
         ++it;
       }
     }
-    lock.unlock();
-    for (const auto& record : stopped) {
-      // Nothing was in use: only what its commands left running in the background.
-      if (auto ended = provider_.stop_commands(record.id); !ended) {
-        spdlog::warn("ending the commands of stopped sandbox {} failed: {}", record.id,
-                     ended.error().message);
-      }
+  }
+  for (const auto& record : stopped) {
+    // Nothing was in use: only what its commands left running in the background.
+    if (auto ended = provider_.stop_commands(record.id); !ended) {
+      spdlog::warn("ending the commands of stopped sandbox {} failed: {}", record.id,
+                   ended.error().message);
     }
-    for (const auto& record : expired) {
-      auto destroyed = scheduler_.destroy(record.id);
-      if (destroyed) {
-        spdlog::info(
-            "deleted sandbox {} of {} (Daytona API): stopped longer than its "
-            "autoDeleteInterval of {} min",
-            record.id, record.owner, record.auto_delete);
-      } else {
-        spdlog::warn("deleting stopped sandbox {} (Daytona API) failed: {}", record.id,
-                     destroyed.error().message);
-      }
+  }
+  for (const auto& record : expired) {
+    auto destroyed = scheduler_.destroy(record.id);
+    if (destroyed) {
+      spdlog::info(
+          "deleted sandbox {} of {} (Daytona API): stopped longer than its "
+          "autoDeleteInterval of {} min",
+          record.id, record.owner, record.auto_delete);
+    } else {
+      spdlog::warn("deleting stopped sandbox {} (Daytona API) failed: {}", record.id,
+                   destroyed.error().message);
     }
-    lock.lock();
   }
 }
 

@@ -86,6 +86,10 @@ class Sandboxes {
   Result<Record> use(std::string_view owner, std::string_view id);
   void release(std::string_view id);
 
+  // The reaper's pass (every reap_interval) as at `now`: stops the sandboxes idle past their
+  // autoStopInterval, deletes those stopped past their autoDeleteInterval.
+  void reap(std::chrono::system_clock::time_point now);
+
   // Destroys every sandbox; returns how many. New creates are refused from then on.
   int shutdown();
 
