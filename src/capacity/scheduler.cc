@@ -20,6 +20,9 @@ constexpr auto kPoolSweep = std::chrono::seconds(10);
 constexpr auto kPoolBackoff = std::chrono::seconds(5);
 constexpr auto kEvictionRetry = std::chrono::milliseconds(250);
 constexpr auto kPositionInterval = std::chrono::seconds(1);
+// How stale a waiter's view of the other servers' places may be: a place freed elsewhere is
+// seen within it.
+constexpr auto kElsewhereInterval = std::chrono::milliseconds(500);
 
 double ms(SteadyClock::duration duration) {
   return std::chrono::duration<double, std::milli>(duration).count();
@@ -68,9 +71,10 @@ void Scheduler::start_pool() {
 }
 
 int Scheduler::held_by(const std::string& user) const {
-  return static_cast<int>(std::count_if(leases_.begin(), leases_.end(), [&](const auto& entry) {
-    return entry.second.user == user;
-  }));
+  const auto here = std::count_if(leases_.begin(), leases_.end(),
+                                  [&](const auto& entry) { return entry.second.user == user; });
+  const auto elsewhere = elsewhere_.by_user.find(user);
+  return static_cast<int>(here) + (elsewhere == elsewhere_.by_user.end() ? 0 : elsewhere->second);
 }
 
 bool Scheduler::user_has_room(const std::string& user) const {
@@ -78,10 +82,14 @@ bool Scheduler::user_has_room(const std::string& user) const {
 }
 
 int Scheduler::account_with_room() const {
-  if (static_cast<int>(leases_.size()) >= options_.max_sandboxes) return -1;
+  if (static_cast<int>(leases_.size()) + elsewhere_.total >= options_.max_sandboxes) return -1;
   std::vector<int> used(accounts_.size(), 0);
   for (const auto& [key, lease] : leases_)
     ++used[lease.account];
+  for (size_t i = 0; i < accounts_.size(); ++i) {
+    auto elsewhere = elsewhere_.by_account.find(accounts_[i].name);
+    if (elsewhere != elsewhere_.by_account.end()) used[i] += elsewhere->second;
+  }
   int best = -1;
   int best_room = 0;
   for (size_t i = 0; i < accounts_.size(); ++i) {
@@ -168,12 +176,57 @@ Result<Grant> Scheduler::acquire(const Request& request) {
   Lock lock(mutex_);
   const uint64_t me = next_waiter_++;
   waiters_.push_back({me, request.user, since});
-  auto waited = wait_turn(lock, request, me, since + options_.queue_timeout);
-  std::erase_if(waiters_, [&](const Waiter& waiter) { return waiter.seq == me; });
-  changed_.notify_all();
-  RETURN_IF_ERROR(waited);
+  auto leave_queue = [&] {
+    std::erase_if(waiters_, [&](const Waiter& waiter) { return waiter.seq == me; });
+    changed_.notify_all();
+  };
+  // Served: a warm sandbox if the pool has one, else a new one in a lease of its own. With
+  // shared limits it needs a place too; another server may have taken the last meanwhile, and
+  // then this waits again, in the same place in the queue.
+  uint64_t key = 0;
+  bool from_pool = false;
+  for (;;) {
+    if (auto waited = wait_turn(lock, request, me, since + options_.queue_timeout); !waited) {
+      leave_queue();
+      return std::unexpected(waited.error());
+    }
+    auto warm = std::find_if(leases_.begin(), leases_.end(),
+                             [](const auto& entry) { return entry.second.use == Use::kWarm; });
+    from_pool = warm != leases_.end();
+    if (from_pool) {
+      key = warm->first;
+      Lease& lease = warm->second;
+      lease.use = Use::kStarting;
+      lease.user = request.user;
+      lease.conversation_id = request.conversation_id;
+    } else {
+      key = next_lease_++;
+      Lease lease;
+      lease.account = static_cast<size_t>(std::max(account_with_room(), 0));
+      lease.user = request.user;
+      lease.conversation_id = request.conversation_id;
+      leases_.emplace(key, std::move(lease));
+    }
+    auto placed = from_pool && leases_.at(key).placed
+                      ? assign_place(lock, key, request.user)
+                      : take_place(lock, key, request.user, leases_.at(key).account);
+    if (placed && *placed) break;
+    if (from_pool) {
+      Lease& lease = leases_.at(key);
+      lease.use = Use::kWarm;
+      lease.user.clear();
+      lease.conversation_id.clear();
+    } else {
+      leases_.erase(key);
+    }
+    if (!placed) {
+      leave_queue();
+      return std::unexpected(placed.error());
+    }
+    look_elsewhere(lock, std::chrono::milliseconds(0));
+  }
+  leave_queue();
 
-  // Served: a warm sandbox if the pool has one, else a new one in a lease of its own.
   const auto served = SteadyClock::now();
   Grant grant;
   grant.waited = std::chrono::duration_cast<std::chrono::microseconds>(served - since);
@@ -188,15 +241,8 @@ Result<Grant> Scheduler::acquire(const Request& request) {
     record_grant(grant);
     return grant;
   };
-  auto warm = std::find_if(leases_.begin(), leases_.end(),
-                           [](const auto& entry) { return entry.second.use == Use::kWarm; });
-  uint64_t key = 0;
-  if (warm != leases_.end()) {
-    key = warm->first;
-    Lease& lease = warm->second;
-    lease.use = Use::kStarting;
-    lease.user = request.user;
-    lease.conversation_id = request.conversation_id;
+  if (from_pool) {
+    Lease& lease = leases_.at(key);
     const std::string id = lease.sandbox_id;
     sandbox::SandboxProvider& provider = *accounts_[lease.account].provider;
     lock.unlock();
@@ -214,13 +260,6 @@ Result<Grant> Scheduler::acquire(const Request& request) {
     if (live) return handed_out(key, true);
     if (fits) ++dead_warm_;
     leases_.at(key).sandbox_id.clear();
-  } else {
-    key = next_lease_++;
-    Lease lease;
-    lease.account = static_cast<size_t>(std::max(account_with_room(), 0));
-    lease.user = request.user;
-    lease.conversation_id = request.conversation_id;
-    leases_.emplace(key, std::move(lease));
   }
   RETURN_IF_ERROR(fill(lock, key, request.labels, request.network, request.packages));
   return handed_out(key, false);
@@ -229,30 +268,43 @@ Result<Grant> Scheduler::acquire(const Request& request) {
 Result<Grant> Scheduler::hold(const std::string& user, sandbox::SandboxSpec spec) {
   const auto since = SteadyClock::now();
   Lock lock(mutex_);
+  // It does not wait, so what the other servers hold is read now, not as last seen.
+  look_elsewhere(lock, std::chrono::milliseconds(0));
   if (stopping_) {
     return make_error(ErrorCode::kUnavailable,
                       "the server is shutting down and starts no more sandboxes");
   }
-  if (!user_has_room(user)) {
+  const std::string_view where = shared_ ? " on the servers sharing this history" : "";
+  auto refusal = [&]() -> Result<Grant> {
+    if (!user_has_room(user)) {
+      return make_error(ErrorCode::kResourceExhausted,
+                        "you already hold {} sandboxes{}, the most one user may have "
+                        "(capacity.max_per_user); delete one first",
+                        options_.max_per_user, where);
+    }
     return make_error(ErrorCode::kResourceExhausted,
-                      "you already hold {} sandboxes, the most one user may have "
-                      "(capacity.max_per_user); delete one first",
-                      options_.max_per_user);
-  }
-  const int account = waiters_.empty() ? account_with_room() : -1;
-  if (account < 0) {
-    return make_error(ErrorCode::kResourceExhausted,
-                      "the system is busy: all {} sandboxes (capacity.max_sandboxes) are in use{}; "
-                      "try again in about {} s",
-                      options_.max_sandboxes,
+                      "the system is busy: all {} sandboxes (capacity.max_sandboxes) are in "
+                      "use{}{}; try again in about {} s",
+                      options_.max_sandboxes, where,
                       waiters_.empty() ? "" : " and turns are waiting for one",
                       retry_after().count());
-  }
+  };
+  const int account = waiters_.empty() ? account_with_room() : -1;
+  if (!user_has_room(user) || account < 0) return refusal();
   const uint64_t key = next_lease_++;
   Lease lease;
   lease.account = static_cast<size_t>(account);
   lease.user = user;
   leases_.emplace(key, std::move(lease));
+  // Another server may have taken the room since the look.
+  auto placed = take_place(lock, key, user, static_cast<size_t>(account));
+  if (!placed || !*placed) {
+    leases_.erase(key);
+    changed_.notify_all();
+    if (!placed) return std::unexpected(placed.error());
+    look_elsewhere(lock, std::chrono::milliseconds(0));
+    return refusal();
+  }
   lock.unlock();
   for (const auto& [name, value] : options_.spec.labels)
     spec.labels.emplace(name, value);
@@ -261,6 +313,7 @@ Result<Grant> Scheduler::hold(const std::string& user, sandbox::SandboxSpec spec
   if (!made) {
     leases_.erase(key);
     changed_.notify_all();
+    free_place(lock, key);
     return std::unexpected(made.error());
   }
   Lease& held = leases_.at(key);
@@ -312,6 +365,10 @@ Result<void> Scheduler::wait_turn(Lock& lock, const Request& request, uint64_t m
     if (readable(request.cancel_fd)) {
       return make_error(ErrorCode::kCancelled, "cancelled while waiting for a sandbox");
     }
+    if (shared_ && SteadyClock::now() - looked_elsewhere_ >= kElsewhereInterval) {
+      look_elsewhere(lock, kElsewhereInterval);  // another server may have freed a place
+      continue;
+    }
     changed_.wait_until(lock, std::min(deadline, SteadyClock::now() + kWaitSlice));
   }
 }
@@ -357,10 +414,11 @@ Error Scheduler::timed_out(const std::string& user) const {
   }
   return Error{ErrorCode::kResourceExhausted,
                fmt::format("the system is busy: all {} sandboxes (capacity.max_sandboxes) stayed "
-                           "in use while this turn waited {} (capacity.queue_timeout); try again "
-                           "in about {} s",
-                           options_.max_sandboxes, format_duration(options_.queue_timeout),
-                           retry_after().count())};
+                           "in use{} while this turn waited {} (capacity.queue_timeout); try "
+                           "again in about {} s",
+                           options_.max_sandboxes,
+                           shared_ ? " on the servers sharing this history" : "",
+                           format_duration(options_.queue_timeout), retry_after().count())};
 }
 
 Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
@@ -371,8 +429,10 @@ Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& la
   auto started = start(account, labels, network, packages);
   lock.lock();
   if (!started) {
+    const bool placed = leases_.at(key).placed;
     leases_.erase(key);
     changed_.notify_all();
+    if (placed) free_place(lock, key);
     return std::unexpected(started.error());
   }
   leases_.at(key).sandbox_id = *started;
@@ -394,7 +454,7 @@ Result<void> Scheduler::admit(int also_waiting, std::chrono::seconds* retry_afte
 
 void Scheduler::adopt(std::string_view sandbox_id, std::string_view user,
                       std::string_view conversation_id, std::string_view account) {
-  std::lock_guard lock(mutex_);
+  Lock lock(mutex_);
   if (auto known = find(sandbox_id); known != leases_.end()) {
     known->second.use = Use::kBusy;
     return;
@@ -407,7 +467,25 @@ void Scheduler::adopt(std::string_view sandbox_id, std::string_view user,
   for (size_t i = 0; i < accounts_.size(); ++i) {
     if (accounts_[i].name == account) lease.account = i;
   }
-  leases_.emplace(next_lease_++, std::move(lease));
+  const uint64_t key = next_lease_++;
+  const std::string account_name = accounts_[lease.account].name;
+  leases_.emplace(key, std::move(lease));
+  if (!shared_) return;
+  // It exists already, whatever the limits say now: counted, so the others see it.
+  SharedPlaces* shared = shared_;
+  const Place place{place_key(key), server_, std::string(user), account_name};
+  lock.unlock();
+  auto kept = shared->keep_place(place);
+  lock.lock();
+  if (!kept) {
+    spdlog::warn("sandbox {} is not counted by the other servers: {}", sandbox_id,
+                 kept.error().message);
+  } else if (auto still = leases_.find(key); still != leases_.end()) {
+    still->second.placed = true;
+  } else {
+    lock.unlock();
+    (void)shared->free_place(place.key);  // destroyed meanwhile
+  }
 }
 
 void Scheduler::set_busy(std::string_view sandbox_id, bool busy) {
@@ -439,7 +517,12 @@ Result<void> Scheduler::destroy(std::string_view sandbox_id) {
     }
   }
   lock.lock();
-  if (auto gone = find(sandbox_id); gone != leases_.end()) leases_.erase(gone);
+  if (auto gone = find(sandbox_id); gone != leases_.end()) {
+    const uint64_t key = gone->first;
+    const bool placed = gone->second.placed;
+    leases_.erase(gone);
+    if (placed) free_place(lock, key);
+  }
   changed_.notify_all();
   return destroyed;
 }
@@ -454,8 +537,9 @@ int Scheduler::waiting() const {
   return static_cast<int>(waiters_.size());
 }
 
-Stats Scheduler::stats() const {
-  std::lock_guard lock(mutex_);
+Stats Scheduler::stats(bool look_elsewhere) {
+  Lock lock(mutex_);
+  if (look_elsewhere) this->look_elsewhere(lock, std::chrono::milliseconds(0));
   Stats stats;
   stats.limits = options_;
   for (const auto& account : accounts_)
@@ -465,6 +549,7 @@ Stats Scheduler::stats() const {
     ++stats.accounts[lease.account].in_use;
     ++*by_use[static_cast<size_t>(lease.use)];  // in the order of Use
   }
+  stats.elsewhere = elsewhere_.total;
   stats.waiting = static_cast<int>(waiters_.size());
   const auto now = SteadyClock::now();
   for (const auto& waiter : waiters_)
@@ -501,6 +586,18 @@ void Scheduler::pool_loop() {
       Lease lease;
       lease.account = static_cast<size_t>(account);
       leases_.emplace(key, std::move(lease));
+      auto placed = take_place(lock, key, "", static_cast<size_t>(account));
+      if (!placed || !*placed) {
+        // Another server holds the room: the pool waits for it as it does after a failure.
+        leases_.erase(key);
+        backoff_until = SteadyClock::now() + kPoolBackoff;
+        if (!placed) {
+          spdlog::warn("the warm pool could not take a place (trying again in {}): {}",
+                       format_duration(kPoolBackoff), placed.error().message);
+        }
+        look_elsewhere(lock, std::chrono::milliseconds(0));
+        continue;
+      }
       if (auto filled = fill(lock, key, {{std::string(kOriginLabel), "pool"}}); filled) {
         leases_.at(key).use = Use::kWarm;
       } else {
@@ -538,6 +635,72 @@ void Scheduler::pool_loop() {
     changed_.wait_until(lock,
                         std::min({next_sweep, std::max(backoff_until, now + kWaitSlice * 10)}));
   }
+}
+
+void Scheduler::share_limits(SharedPlaces& places, std::string server) {
+  std::lock_guard lock(mutex_);
+  shared_ = &places;
+  server_ = std::move(server);
+}
+
+std::string Scheduler::place_key(uint64_t key) const {
+  return fmt::format("{}/{}", server_, key);
+}
+
+Result<bool> Scheduler::take_place(Lock& lock, uint64_t key, const std::string& user,
+                                   size_t account) {
+  if (!shared_) return true;
+  SharedPlaces* shared = shared_;
+  const Place place{place_key(key), server_, user, accounts_[account].name};
+  const PlaceLimits limits{options_.max_sandboxes, options_.max_per_user,
+                           accounts_[account].max_sandboxes};
+  lock.unlock();
+  auto taken = shared->take_place(place, limits);
+  lock.lock();
+  if (!taken) return std::unexpected(std::move(taken).error());
+  auto lease = leases_.find(key);
+  if (*taken && lease != leases_.end()) lease->second.placed = true;
+  return *taken;
+}
+
+Result<bool> Scheduler::assign_place(Lock& lock, uint64_t key, const std::string& user) {
+  if (!shared_) return true;
+  SharedPlaces* shared = shared_;
+  const std::string place = place_key(key);
+  const int max_per_user = options_.max_per_user;
+  lock.unlock();
+  auto assigned = shared->assign_place(place, user, max_per_user);
+  lock.lock();
+  return assigned;
+}
+
+void Scheduler::free_place(Lock& lock, uint64_t key) {
+  if (!shared_) return;
+  SharedPlaces* shared = shared_;
+  const std::string place = place_key(key);
+  lock.unlock();
+  if (auto freed = shared->free_place(place); !freed) {
+    // Left to the servers' registry: freed when this server leaves or is taken over.
+    spdlog::warn("freeing the shared place {} failed: {}", place, freed.error().message);
+  }
+  lock.lock();
+  changed_.notify_all();
+}
+
+void Scheduler::look_elsewhere(Lock& lock, std::chrono::milliseconds age) {
+  if (!shared_ || SteadyClock::now() - looked_elsewhere_ < age) return;
+  SharedPlaces* shared = shared_;
+  const std::string server = server_;
+  looked_elsewhere_ = SteadyClock::now();
+  lock.unlock();
+  auto held = shared->places_elsewhere(server);
+  lock.lock();
+  if (!held) {
+    spdlog::warn("reading the other servers' sandboxes failed: {}", held.error().message);
+    return;
+  }
+  elsewhere_ = std::move(*held);
+  changed_.notify_all();
 }
 
 int Scheduler::shutdown() {

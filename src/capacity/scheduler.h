@@ -14,6 +14,10 @@
 //
 // The warm pool keeps `warm_min_idle` sandboxes ready, refilled by a thread of its own while no
 // turn waits; a pooled sandbox is checked alive when handed out and a dead one is never given.
+//
+// Servers sharing one history (share_limits) count each other's sandboxes too: each new sandbox
+// first takes a place in SharedPlaces, which the limits must leave room for across every
+// server, and a waiter looks at the others' places again while it waits.
 #pragma once
 
 #include <chrono>
@@ -28,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "capacity/shared_places.h"
 #include "sandbox/provider.h"
 
 namespace quarry::capacity {
@@ -97,6 +102,7 @@ struct Stats {
   };
   std::vector<AccountUse> accounts;
   int warm = 0, starting = 0, busy = 0, idle = 0, deleting = 0;  // every sandbox counted
+  int elsewhere = 0;  // held by the other servers sharing the limits (share_limits)
   int waiting = 0;
   double longest_wait_ms = 0;  // of the turns waiting now
   uint64_t cold_starts = 0, warm_starts = 0, evictions = 0, timeouts = 0, refused = 0;
@@ -148,7 +154,12 @@ class Scheduler {
   // A guess at when a refused or timed-out turn might succeed: the median recent wait, 1-60 s.
   std::chrono::seconds retry_after() const;
   int waiting() const;
-  Stats stats() const;
+  // `look_elsewhere`: the other servers' sandboxes (share_limits) read now, not as last seen.
+  Stats stats(bool look_elsewhere = false);
+
+  // Counts the sandboxes of every server on `places` from now on, this one's as `server` (its
+  // boot id): before start_pool and the first acquire.
+  void share_limits(SharedPlaces& places, std::string server);
 
   // Stops the pool and destroys its warm sandboxes. Returns how many.
   int shutdown();
@@ -163,6 +174,7 @@ class Scheduler {
     std::string conversation_id;
     std::chrono::steady_clock::time_point idle_since;
     std::chrono::steady_clock::time_point skip_until;  // an eviction failed: not again before
+    bool placed = false;                               // holds a place in the shared places
   };
   struct Waiter {
     uint64_t seq = 0;
@@ -214,6 +226,14 @@ class Scheduler {
   void record_grant(const Grant& grant);
   void pool_loop();
 
+  // The shared places of lease `key` (unlocked meanwhile). Without sharing there is always room.
+  std::string place_key(uint64_t key) const;
+  Result<bool> take_place(Lock& lock, uint64_t key, const std::string& user, size_t account);
+  Result<bool> assign_place(Lock& lock, uint64_t key, const std::string& user);
+  void free_place(Lock& lock, uint64_t key);
+  // Looks at the other servers' places again if the last look is older than `age`.
+  void look_elsewhere(Lock& lock, std::chrono::milliseconds age);
+
   std::vector<Account> accounts_;
   SchedulerOptions options_;
   Evict evict_;
@@ -231,6 +251,11 @@ class Scheduler {
   uint64_t cold_starts_ = 0, warm_starts_ = 0, evictions_ = 0, timeouts_ = 0, refused_ = 0;
   uint64_t dead_warm_ = 0;
   std::deque<double> waits_ms_, cold_ms_, warm_ms_;  // the last 1000 of each
+
+  SharedPlaces* shared_ = nullptr;
+  std::string server_;
+  PlacesHeld elsewhere_;  // by the last look
+  std::chrono::steady_clock::time_point looked_elsewhere_;
 };
 
 }  // namespace quarry::capacity

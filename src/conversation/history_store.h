@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "capacity/shared_places.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "conversation/server_registry.h"
@@ -221,6 +222,9 @@ class HistoryStore {
 
   // The registry of the servers sharing this history; null for a history of one server.
   virtual ServerRegistry* registry() { return nullptr; }
+  // The sandboxes of every server sharing this history, for limits across them; nullptr when
+  // only one server can use it.
+  virtual capacity::SharedPlaces* places() { return nullptr; }
 };
 
 }  // namespace quarry::conversation

@@ -231,12 +231,22 @@ CREATE TABLE servers (
   started_at bigint NOT NULL,
   heartbeat_at bigint NOT NULL
 );
+)sql"},
+                                                     {7, R"sql(
+CREATE TABLE sandbox_places (
+  key text COLLATE "C" PRIMARY KEY,
+  server text COLLATE "C" NOT NULL,
+  user_name text NOT NULL,
+  account text NOT NULL,
+  taken_at bigint NOT NULL
+);
+CREATE INDEX sandbox_places_by_server ON sandbox_places (server);
 )sql"}};
 
 // The tables of the schema: one of them without schema_version is another application's.
 constexpr std::string_view kTables =
     "{schema_version,conversations,turns,messages,events,execs,artifacts,sandbox_references,"
-    "stream_events,servers}";
+    "stream_events,servers,sandbox_places}";
 
 // A 64-bit advisory lock key from a name.
 int64_t advisory_key(std::string_view name) {
@@ -248,6 +258,8 @@ int64_t advisory_key(std::string_view name) {
 
 // Serialises the migrations of every server opening the same database.
 const int64_t kMigrationLockKey = advisory_key("quarry history migrations");
+// Serialises the taking of sandbox places, so each counts every place taken before it.
+const int64_t kPlacesLockKey = advisory_key("quarry sandbox places");
 
 // Text as PostgreSQL's text can hold it: valid UTF-8 without NUL bytes (each byte that is not
 // part of a well-formed sequence, and each NUL, becomes U+FFFD).
@@ -1015,7 +1027,9 @@ Result<bool> PostgresHistoryStore::beat(std::string_view boot_id) {
 
 Result<void> PostgresHistoryStore::leave(std::string_view boot_id) {
   RETURN_IF_ERROR(run(*connections_, "removing this server's record",
-                      "DELETE FROM servers WHERE boot_id = $1", {text(boot_id)}));
+                      "WITH gone AS (DELETE FROM servers WHERE boot_id = $1) "
+                      "DELETE FROM sandbox_places WHERE server = $1",
+                      {text(boot_id)}));
   return {};
 }
 
@@ -1038,12 +1052,98 @@ Result<std::vector<ServerRecord>> PostgresHistoryStore::servers() {
 Result<bool> PostgresHistoryStore::claim(std::string_view boot_id,
                                          std::chrono::milliseconds timeout) {
   // One DELETE: of servers claiming at once, only the one whose DELETE removed the row sees it.
+  // Its sandboxes' places go with it (the claimer destroys the sandboxes next).
   ASSIGN_OR_RETURN(
       auto result,
       run(*connections_, "taking over a silent server",
-          fmt::format("DELETE FROM servers WHERE boot_id = $1 AND heartbeat_at < {} - $2", kNowMs),
+          fmt::format("WITH gone AS (DELETE FROM servers WHERE boot_id = $1 AND heartbeat_at < "
+                      "{} - $2 RETURNING boot_id), freed AS (DELETE FROM sandbox_places WHERE "
+                      "server IN (SELECT boot_id FROM gone)) SELECT count(*) FROM gone",
+                      kNowMs),
           {text(boot_id), number(timeout.count())}));
-  return changed(result) > 0;
+  return Row(result.get(), 0).integer(0) > 0;
+}
+
+Result<bool> PostgresHistoryStore::take_place(const capacity::Place& place,
+                                              const capacity::PlaceLimits& limits) {
+  ASSIGN_OR_RETURN(auto lease, connections_->take(true));
+  auto fail = [](Error error) {
+    return std::unexpected(history_error(std::move(error), "taking a sandbox's place"));
+  };
+  Transaction transaction(lease);
+  if (auto begun = transaction.begin(); !begun) return fail(begun.error());
+  // Each statement of the transaction sees what committed before it began, so after the lock
+  // the INSERT counts every place taken by the servers that took the lock earlier.
+  if (auto locked = lease->exec("SELECT pg_advisory_xact_lock($1)", {number(kPlacesLockKey)});
+      !locked) {
+    return fail(locked.error());
+  }
+  auto inserted = lease->exec(
+      fmt::format("INSERT INTO sandbox_places (key, server, user_name, account, taken_at) "
+                  "SELECT $1, $2, $3, $4, {} WHERE (SELECT count(*) FROM sandbox_places) < $5 "
+                  "AND ($3 = '' OR (SELECT count(*) FROM sandbox_places WHERE user_name = $3) < "
+                  "$6) AND (SELECT count(*) FROM sandbox_places WHERE account = $4) < $7",
+                  kNowMs),
+      {text(place.key), text(place.server), text(place.user), text(place.account),
+       number(limits.max_sandboxes), number(limits.max_per_user), number(limits.account_max)});
+  if (!inserted) return fail(inserted.error());
+  if (auto committed = transaction.commit(); !committed) return fail(committed.error());
+  return changed(*inserted) > 0;
+}
+
+Result<void> PostgresHistoryStore::keep_place(const capacity::Place& place) {
+  RETURN_IF_ERROR(
+      run(*connections_, "counting a sandbox that exists",
+          fmt::format("INSERT INTO sandbox_places (key, server, user_name, account, "
+                      "taken_at) VALUES ($1, $2, $3, $4, {}) ON CONFLICT (key) DO "
+                      "NOTHING",
+                      kNowMs),
+          {text(place.key), text(place.server), text(place.user), text(place.account)}));
+  return {};
+}
+
+Result<bool> PostgresHistoryStore::assign_place(std::string_view key, std::string_view user,
+                                                int max_per_user) {
+  ASSIGN_OR_RETURN(auto lease, connections_->take(true));
+  auto fail = [](Error error) {
+    return std::unexpected(history_error(std::move(error), "handing out a warm sandbox's place"));
+  };
+  Transaction transaction(lease);
+  if (auto begun = transaction.begin(); !begun) return fail(begun.error());
+  if (auto locked = lease->exec("SELECT pg_advisory_xact_lock($1)", {number(kPlacesLockKey)});
+      !locked) {
+    return fail(locked.error());
+  }
+  auto updated = lease->exec(
+      "UPDATE sandbox_places SET user_name = $2 WHERE key = $1 AND (SELECT count(*) FROM "
+      "sandbox_places WHERE user_name = $2) < $3",
+      {text(key), text(user), number(max_per_user)});
+  if (!updated) return fail(updated.error());
+  if (auto committed = transaction.commit(); !committed) return fail(committed.error());
+  return changed(*updated) > 0;
+}
+
+Result<void> PostgresHistoryStore::free_place(std::string_view key) {
+  RETURN_IF_ERROR(run(*connections_, "freeing a sandbox's place",
+                      "DELETE FROM sandbox_places WHERE key = $1", {text(key)}));
+  return {};
+}
+
+Result<capacity::PlacesHeld> PostgresHistoryStore::places_elsewhere(std::string_view server) {
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "reading the other servers' sandboxes",
+                       "SELECT user_name, account, count(*) FROM sandbox_places WHERE server <> "
+                       "$1 GROUP BY user_name, account",
+                       {text(server)}));
+  capacity::PlacesHeld held;
+  for (int i = 0; i < PQntuples(result.get()); ++i) {
+    const Row row(result.get(), i);
+    const int count = static_cast<int>(row.integer(2));
+    held.total += count;
+    if (!row.text(0).empty()) held.by_user[row.text(0)] += count;
+    held.by_account[row.text(1)] += count;
+  }
+  return held;
 }
 
 Result<std::unique_ptr<Subscription>> PostgresHistoryStore::listen_stream_events(

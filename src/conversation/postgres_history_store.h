@@ -20,7 +20,10 @@
 // It is also the registry of the servers sharing it (a `servers` table, times by the database's
 // clock), and tells each server of the stream events recorded: an INSERT into stream_events
 // sends a NOTIFY on the channel quarry_stream_events ("<conversation> <turn> <seq>") in the
-// same statement, which a connection of the listener's, LISTENing, receives.
+// same statement, which a connection of the listener's, LISTENing, receives. And it holds the
+// place of every server's sandboxes (`sandbox_places`), so the capacity limits hold across
+// servers: a place is taken by one INSERT that counts the others', under a transaction-scoped
+// advisory lock, so two servers never both take the last one.
 //
 // A database whose schema is newer than this build's is refused and never modified, and so is
 // one that already has tables of these names but no quarry schema_version.
@@ -35,12 +38,15 @@ namespace quarry::conversation {
 
 class PostgresConnections;
 
-class PostgresHistoryStore final : public HistoryStore, public ServerRegistry {
+class PostgresHistoryStore final : public HistoryStore,
+                                   public ServerRegistry,
+                                   public capacity::SharedPlaces {
  public:
   // The schema version this build writes. Version 5 is created at once, the same tables as the
   // SQLite store's version 5 (the PostgreSQL store began there); 6 adds the servers, which only
-  // a shared history has, so from there the two numbers go their own ways.
-  static constexpr int kSchemaVersion = 6;
+  // a shared history has, so from there the two numbers go their own ways; 7 adds the servers'
+  // sandbox places.
+  static constexpr int kSchemaVersion = 7;
   // Calls running on the database at once (each on a connection of its own).
   static constexpr size_t kMaxConnections = 8;
 
@@ -98,6 +104,15 @@ class PostgresHistoryStore final : public HistoryStore, public ServerRegistry {
   Result<std::vector<ServerRecord>> servers() override;
   Result<bool> claim(std::string_view boot_id, std::chrono::milliseconds timeout) override;
   Result<std::unique_ptr<Subscription>> listen_stream_events(StreamEventListener listener) override;
+
+  capacity::SharedPlaces* places() override { return this; }
+  // A server's places go with its record: when it leaves, and when a live server claims it.
+  Result<bool> take_place(const capacity::Place& place,
+                          const capacity::PlaceLimits& limits) override;
+  Result<void> keep_place(const capacity::Place& place) override;
+  Result<bool> assign_place(std::string_view key, std::string_view user, int max_per_user) override;
+  Result<void> free_place(std::string_view key) override;
+  Result<capacity::PlacesHeld> places_elsewhere(std::string_view server) override;
 
  private:
   PostgresHistoryStore(std::shared_ptr<PostgresConnections> connections, const Clock& clock,

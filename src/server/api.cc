@@ -855,7 +855,7 @@ ApiResult<ApiReply> Api::list_sandboxes(const ApiRequest& request) {
   return json({{"sandboxes", items},
                {"by_state", mine},
                {"all_by_state", everyone},
-               {"capacity", capacity_json(services_.manager.scheduler().stats())}});
+               {"capacity", capacity_json(services_.manager.scheduler().stats(true))}});
 }
 
 }  // namespace quarry::server

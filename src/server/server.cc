@@ -137,7 +137,6 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
   }
   ASSIGN_OR_RETURN(int orphans, manager.destroy_orphans(alive));
   if (orphans > 0) spdlog::info("destroyed {} sandboxes an earlier run left", orphans);
-  manager.scheduler().start_pool();
   StreamHub hub(*history);
   // Events other servers record wake this one's watchers (before any turn can record one).
   std::unique_ptr<conversation::Subscription> heard_elsewhere;
@@ -184,12 +183,7 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
   http_options.daytona_threads = config.server.workers;
   HttpServer http(io, api, &daytona_api, auth, hub, http_options);
   ASSIGN_OR_RETURN(auto listening, http.listen(endpoint));
-  http.start();
   const std::string url = url_of(listening);
-  spdlog::info("serving on {} ({}; model: {})", url,
-               with_tokens ? fmt::format("tokens from {}", tokens_file.string())
-                           : "no tokens: loopback only, one user 'local'",
-               model ? config.model.name : "none");
   std::optional<ServerHeartbeat> heartbeat;
   if (registry) {
     heartbeat.emplace(*registry, manager, hub,
@@ -198,6 +192,15 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
                       server_timeout);
     RETURN_IF_ERROR(heartbeat->start());
   }
+  // Recorded first, so the places this server takes go with its record if it dies.
+  if (auto* places = history->places())
+    manager.scheduler().share_limits(*places, manager.boot_id());
+  manager.scheduler().start_pool();
+  http.start();
+  spdlog::info("serving on {} ({}; model: {})", url,
+               with_tokens ? fmt::format("tokens from {}", tokens_file.string())
+                           : "no tokens: loopback only, one user 'local'",
+               model ? config.model.name : "none");
   if (options.on_listening) options.on_listening(url);
 
   Reaper reaper(

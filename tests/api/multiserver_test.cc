@@ -1,11 +1,13 @@
 // Several `quarry serve` on one PostgreSQL history, as behind a load balancer: a turn started
 // through one server streams through another while it runs, and when a server is killed in the
 // middle of a turn a live one takes over what it left (its sandbox destroyed, its turn recorded
-// interrupted) and the conversation goes on through the others. No sandbox is left behind.
+// interrupted) and the conversation goes on through the others. The capacity limits hold across
+// the servers. No sandbox is left behind.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <sstream>
+#include <thread>
 
 #include "api_environment.h"
 #include "postgres_environment.h"
@@ -188,6 +190,55 @@ TEST(Multiserver, AServerKilledMidTurnIsTakenOverAndTheConversationGoesOn) {
 
   stop_all({&b, &c});
   for (const char* instance : {"multi-a", "multi-b", "multi-c"}) {
+    EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
+  }
+}
+
+TEST(Multiserver, CapacityLimitsHoldAcrossTheServers) {
+  SharedHistory history;
+  // One sandbox in all, whichever server makes it (no warm pool, the default, takes it first).
+  auto limited = [&](const std::string& instance) {
+    ServerOptions options = history.server(instance);
+    options.capacity_config = "  max_sandboxes: 1\n";
+    return options;
+  };
+  QuarryServer a(limited("multi-a")), b(limited("multi-b"));
+  ASSERT_TRUE(a.started() && b.started());
+  ApiClient through_a(a.url()), through_b(b.url());
+
+  auto held = through_a.post("/daytona/api/sandbox", nlohmann::json::object());
+  ASSERT_EQ(held.status, 200) << held.body;
+  // b has room of its own, but not across the servers.
+  auto refused = through_b.post("/daytona/api/sandbox", nlohmann::json::object());
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_NE(refused.json["message"].get<std::string>().find("capacity.max_sandboxes"),
+            std::string::npos)
+      << refused.body;
+  const auto seen_by_b = through_b.get("/api/v1/sandboxes").json["capacity"];
+  EXPECT_EQ(seen_by_b["sandboxes"]["elsewhere"], 1) << seen_by_b.dump();
+  EXPECT_EQ(seen_by_b["sandboxes"]["busy"], 0);
+
+  // A turn on b waits for the one sandbox a holds, and runs once a lets it go.
+  const auto id = through_b.create_conversation("waits for a");
+  BackgroundStream waiting(through_b, "POST", cells_path(id), python_cell("print('ran on b')"));
+  auto queued = waiting.wait_for([](const StreamEvent& event) {
+    return event.type == "sandbox" && event.data["kind"] == "queued";
+  });
+  ASSERT_TRUE(queued) << b.log();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_EQ(through_b.get("/api/v1/conversations/" + id).json["turns"][0]["status"], "running");
+  EXPECT_TRUE(sandboxes({{"quarry.instance", "multi-b"}}).empty()) << "b went over the limit";
+  EXPECT_EQ(through_a.del("/daytona/api/sandbox/" + held.json["id"].get<std::string>()).status,
+            200);
+  auto done = waiting.finish();
+  ASSERT_EQ(done.events.back().type, "done") << done.body;
+  EXPECT_EQ(done.events.back().data["status"], "completed") << done.body;
+  // Now b holds the one (idle in its conversation): a is refused in turn.
+  auto refused_on_a = through_a.post("/daytona/api/sandbox", nlohmann::json::object());
+  EXPECT_EQ(refused_on_a.status, 429) << refused_on_a.body;
+
+  stop_all({&a, &b});
+  for (const char* instance : {"multi-a", "multi-b"}) {
     EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
   }
 }

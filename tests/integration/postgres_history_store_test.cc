@@ -140,9 +140,72 @@ TEST_F(PostgresHistoryTest, ServersStartingAtOnceMigrateOnce) {
   for (const auto& error : errors)
     EXPECT_EQ(error, "");
   EXPECT_EQ(opened, kServers);
+  std::string versions;  // each migration once, from the first (5) to this build's
+  for (int version = 5; version <= PostgresHistoryStore::kSchemaVersion; ++version)
+    versions += fmt::format("{}|\n", version);
   EXPECT_EQ(query_text(backend_.url(), "SELECT version FROM schema_version ORDER BY version"),
-            "5|\n6|\n");
+            versions);
   EXPECT_EQ(query_text(backend_.url(), "SELECT count(*) FROM conversations"), "6|\n");
+}
+
+// Servers taking sandbox places at once, each with a store of its own: the limits hold over all
+// of them (never one place too many), a user's limit too, and a server's places go with it when
+// another claims it.
+TEST_F(PostgresHistoryTest, SandboxPlacesHoldTheLimitsAcrossServersTakingAtOnce) {
+  constexpr int kServers = 6, kTries = 4;
+  const capacity::PlaceLimits limits{5, 3, 8};
+  std::atomic<int> taken = 0, alices = 0;
+  std::vector<std::string> errors(kServers);
+  std::vector<std::thread> servers;
+  for (int i = 0; i < kServers; ++i) {
+    servers.emplace_back([&, i] {
+      ManualClock clock;
+      auto store = PostgresHistoryStore::open(backend_.url(), clock);
+      if (!store) {
+        errors[static_cast<size_t>(i)] = store.error().message;
+        return;
+      }
+      for (int n = 0; n < kTries; ++n) {
+        const std::string user = n % 2 == 0 ? "alice" : "bob";
+        auto took = (*store)->take_place(
+            {fmt::format("s{}/{}", i, n), fmt::format("s{}", i), user, "local"}, limits);
+        if (!took) {
+          errors[static_cast<size_t>(i)] = took.error().message;
+          return;
+        }
+        if (*took) {
+          ++taken;
+          if (user == "alice") ++alices;
+        }
+      }
+    });
+  }
+  for (auto& server : servers)
+    server.join();
+  for (const auto& error : errors)
+    EXPECT_EQ(error, "");
+  EXPECT_EQ(taken, 5);  // of 24 tries
+  EXPECT_LE(alices, 3);
+  EXPECT_EQ(query_text(backend_.url(), "SELECT count(*) FROM sandbox_places"), "5|\n");
+
+  ManualClock clock;
+  auto store = PostgresHistoryStore::open(backend_.url(), clock);
+  ASSERT_TRUE(store) << store.error().message;
+  auto everyone = (*store)->places_elsewhere("nobody");
+  ASSERT_TRUE(everyone) << everyone.error().message;
+  EXPECT_EQ(everyone->total, 5);
+  EXPECT_EQ(everyone->by_account["local"], 5);
+  // A server claimed for dead loses its places with its record; a full server is refused.
+  const std::string holder =
+      query_text(backend_.url(), "SELECT server FROM sandbox_places LIMIT 1");
+  const std::string server = holder.substr(0, holder.find('|'));
+  ASSERT_TRUE((*store)->enter({server, "x", "http://127.0.0.1:1", {}, {}, {}}));
+  EXPECT_FALSE(*(*store)->take_place({"late/1", "late", "carol", "local"}, limits));
+  ASSERT_TRUE(*(*store)->claim(server, std::chrono::milliseconds(-1000)));
+  auto after = (*store)->places_elsewhere("nobody");
+  ASSERT_TRUE(after);
+  EXPECT_LT(after->total, 5);
+  EXPECT_TRUE(*(*store)->take_place({"late/1", "late", "carol", "local"}, limits));
 }
 
 // pg_terminate_backend of the lock's session is what PostgreSQL sees when a server dies: the

@@ -55,6 +55,62 @@ bool eventually(Condition condition) {
   return condition();
 }
 
+// Places kept in memory for schedulers in one process, as PostgreSQL keeps them for servers.
+class MemoryPlaces final : public SharedPlaces {
+ public:
+  Result<bool> take_place(const Place& place, const PlaceLimits& limits) override {
+    std::lock_guard lock(mutex_);
+    if (static_cast<int>(places_.size()) >= limits.max_sandboxes ||
+        (!place.user.empty() && count_user(place.user) >= limits.max_per_user)) {
+      return false;
+    }
+    places_[place.key] = place;
+    return true;
+  }
+  Result<void> keep_place(const Place& place) override {
+    std::lock_guard lock(mutex_);
+    places_[place.key] = place;
+    return {};
+  }
+  Result<bool> assign_place(std::string_view key, std::string_view user,
+                            int max_per_user) override {
+    std::lock_guard lock(mutex_);
+    auto found = places_.find(std::string(key));
+    if (found == places_.end() || count_user(std::string(user)) >= max_per_user) return false;
+    found->second.user = std::string(user);
+    return true;
+  }
+  Result<void> free_place(std::string_view key) override {
+    std::lock_guard lock(mutex_);
+    places_.erase(std::string(key));
+    return {};
+  }
+  Result<PlacesHeld> places_elsewhere(std::string_view server) override {
+    std::lock_guard lock(mutex_);
+    PlacesHeld held;
+    for (const auto& [key, place] : places_) {
+      if (place.server == server) continue;
+      ++held.total;
+      if (!place.user.empty()) ++held.by_user[place.user];
+      ++held.by_account[place.account];
+    }
+    return held;
+  }
+  size_t size() {
+    std::lock_guard lock(mutex_);
+    return places_.size();
+  }
+
+ private:
+  int count_user(const std::string& user) const {
+    return static_cast<int>(std::count_if(places_.begin(), places_.end(), [&](const auto& entry) {
+      return entry.second.user == user;
+    }));
+  }
+  std::mutex mutex_;
+  std::map<std::string, Place> places_;
+};
+
 TEST(Scheduler, LimitsHoldUnderConcurrentDemand) {
   // Two accounts of 3 each, 5 in total, 2 per user; 4 users ask from 24 threads at once.
   CountingProvider first("first-"), second("second-");
@@ -435,6 +491,71 @@ TEST(Scheduler, NewTurnsAreRefusedWhenTheQueueIsFull) {
   ASSERT_TRUE(scheduler.destroy(held->sandbox_id));
   for (auto& waiter : waiters)
     waiter.join();
+}
+
+TEST(Scheduler, LimitsHoldAcrossSchedulersSharingPlaces) {
+  // Two servers' schedulers, each allowed 3 in total and 2 per user, but 3 and 2 over both.
+  CountingProvider here("a-"), there("b-");
+  std::atomic<int> together{0}, most_together{0};
+  here.share(&together, &most_together);
+  there.share(&together, &most_together);
+  MemoryPlaces places;
+  Scheduler a({{"local", &here, 3}}, limits(3, 2)), b({{"local", &there, 3}}, limits(3, 2));
+  a.share_limits(places, "a");
+  b.share_limits(places, "b");
+
+  std::mutex mutex;
+  std::map<std::string, int> held;
+  int most_per_user = 0;
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      Scheduler& scheduler = i % 2 == 0 ? a : b;
+      const std::string user = fmt::format("user{}", i % 3);
+      for (int round = 0; round < 2; ++round) {
+        auto grant = scheduler.acquire(request(user, fmt::format("c{}-{}", i, round)));
+        ASSERT_TRUE(grant) << grant.error().message;
+        {
+          std::lock_guard lock(mutex);
+          most_per_user = std::max(most_per_user, ++held[user]);
+        }
+        ++granted;
+        std::this_thread::sleep_for(5ms);
+        {
+          std::lock_guard lock(mutex);
+          --held[user];
+        }
+        ASSERT_TRUE(scheduler.destroy(grant->sandbox_id));
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+
+  EXPECT_EQ(granted.load(), 16);
+  EXPECT_LE(most_together.load(), 3) << "the schedulers together went over the shared limit";
+  EXPECT_LE(most_per_user, 2);
+  EXPECT_EQ(here.existing() + there.existing(), 0u);
+  EXPECT_EQ(places.size(), 0u) << "every destroyed sandbox frees its place";
+}
+
+TEST(Scheduler, AHoldIsRefusedWhenAnotherServerHoldsTheRoom) {
+  CountingProvider here("a-"), there("b-");
+  MemoryPlaces places;
+  Scheduler a({{"local", &here, 2}}, limits(1, 1)), b({{"local", &there, 2}}, limits(1, 1));
+  a.share_limits(places, "a");
+  b.share_limits(places, "b");
+  auto held = a.hold("alice", {});
+  ASSERT_TRUE(held) << held.error().message;
+  auto refused = b.hold("bob", {});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("servers sharing this history"), std::string::npos)
+      << refused.error().message;
+  EXPECT_EQ(b.stats(true).elsewhere, 1);
+  ASSERT_TRUE(a.destroy(held->sandbox_id));
+  EXPECT_TRUE(b.hold("bob", {}));
 }
 
 }  // namespace

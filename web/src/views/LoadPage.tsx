@@ -213,7 +213,8 @@ export function LoadPage({ conversation }: { conversation?: string }) {
 // warm starts, evictions and turns turned away.
 function CapacityPanel({ capacity }: { capacity: Sandboxes["capacity"] }) {
   const { limits, sandboxes: use, queue, waits, starts } = capacity;
-  const inUse = use.warm + use.starting + use.busy + use.idle + use.deleting;
+  // The limits hold across the servers sharing the history: theirs count too.
+  const inUse = use.warm + use.starting + use.busy + use.idle + use.deleting + use.elsewhere;
   return (
     <section class="capacity">
       <h2>Capacity</h2>
@@ -228,6 +229,7 @@ function CapacityPanel({ capacity }: { capacity: Sandboxes["capacity"] }) {
         <div><dt>Idle</dt><dd>{use.idle}</dd></div>
         <div><dt>Warm</dt><dd>{use.warm} (min {limits.warm_min_idle})</dd></div>
         <div><dt>Starting</dt><dd>{use.starting}</dd></div>
+        {use.elsewhere > 0 && <div><dt>On other servers</dt><dd>{use.elsewhere}</dd></div>}
         <div class={queue.waiting > 0 ? "bad" : undefined}><dt>Waiting turns</dt><dd>{queue.waiting}</dd></div>
         <div><dt>Longest wait now</dt><dd>{seconds(queue.longest_wait_ms)}</dd></div>
         <div><dt>Wait p50 / p99</dt><dd>{seconds(waits.p50_ms)} / {seconds(waits.p99_ms)}</dd></div>
