@@ -256,6 +256,10 @@ int64_t advisory_key(std::string_view name) {
   return static_cast<int64_t>(key);
 }
 
+// The channels of NOTIFY: stream events recorded, and cancels asked through any server.
+constexpr std::string_view kStreamEventsChannel = "quarry_stream_events";
+constexpr std::string_view kCancelsChannel = "quarry_turn_cancels";
+
 // Serialises the migrations of every server opening the same database.
 const int64_t kMigrationLockKey = advisory_key("quarry history migrations");
 // Serialises the taking of sandbox places, so each counts every place taken before it.
@@ -900,8 +904,11 @@ PostgresHistoryStore::sandbox_references(const std::optional<std::string>& owner
 // waits on its socket (and on an eventfd that says stop), reconnecting when it breaks.
 class StreamEventChannel final : public Subscription {
  public:
-  StreamEventChannel(std::string url, StreamEventListener listener)
-      : url_(std::move(url)), listener_(std::move(listener)), stop_(::eventfd(0, EFD_CLOEXEC)) {}
+  StreamEventChannel(std::string url, StreamEventListener on_event, CancelListener on_cancel)
+      : url_(std::move(url)),
+        on_event_(std::move(on_event)),
+        on_cancel_(std::move(on_cancel)),
+        stop_(::eventfd(0, EFD_CLOEXEC)) {}
   ~StreamEventChannel() override {
     const uint64_t one = 1;
     if (::write(stop_, &one, sizeof one) < 0) {
@@ -927,8 +934,10 @@ class StreamEventChannel final : public Subscription {
     if (!connection) {
       return std::unexpected(history_error(std::move(connection).error(), "listening for events"));
     }
-    if (auto listening = connection->exec("LISTEN quarry_stream_events"); !listening) {
-      return std::unexpected(history_error(std::move(listening).error(), "listening for events"));
+    for (std::string_view channel : {kStreamEventsChannel, kCancelsChannel}) {
+      if (auto listening = connection->exec(fmt::format("LISTEN {}", channel)); !listening) {
+        return std::unexpected(history_error(std::move(listening).error(), "listening for events"));
+      }
     }
     return connection;
   }
@@ -950,7 +959,7 @@ class StreamEventChannel final : public Subscription {
         }
         spdlog::warn("{}; trying again in a second", again.error().message);
       }
-      listener_("", 0, 0);  // what was recorded while it was away was not heard
+      on_event_("", 0, 0);  // what was recorded while it was away was not heard
     }
   }
 
@@ -972,7 +981,11 @@ class StreamEventChannel final : public Subscription {
         return true;
       }
       while (PGnotify* notify = PQnotifies(pg)) {
-        deliver(notify->extra);
+        if (notify->relname == kCancelsChannel) {
+          deliver_cancel(notify->extra);
+        } else {
+          deliver(notify->extra);
+        }
         PQfreemem(notify);
       }
     }
@@ -989,11 +1002,22 @@ class StreamEventChannel final : public Subscription {
     const auto seq_text = payload.substr(second + 1);
     std::from_chars(turn_text.data(), turn_text.data() + turn_text.size(), turn);
     std::from_chars(seq_text.data(), seq_text.data() + seq_text.size(), seq);
-    listener_(std::string(payload.substr(0, first)), turn, seq);
+    on_event_(std::string(payload.substr(0, first)), turn, seq);
+  }
+
+  // "<conversation> <turn>" to the cancel listener.
+  void deliver_cancel(std::string_view payload) {
+    const auto space = payload.find(' ');
+    if (space == std::string_view::npos || !on_cancel_) return;
+    int turn = 0;
+    const auto turn_text = payload.substr(space + 1);
+    std::from_chars(turn_text.data(), turn_text.data() + turn_text.size(), turn);
+    on_cancel_(std::string(payload.substr(0, space)), turn);
   }
 
   const std::string url_;
-  StreamEventListener listener_;
+  StreamEventListener on_event_;
+  CancelListener on_cancel_;
   const int stop_;
   std::thread thread_;
 };
@@ -1146,9 +1170,17 @@ Result<capacity::PlacesHeld> PostgresHistoryStore::places_elsewhere(std::string_
   return held;
 }
 
-Result<std::unique_ptr<Subscription>> PostgresHistoryStore::listen_stream_events(
-    StreamEventListener listener) {
-  auto channel = std::make_unique<StreamEventChannel>(url_, std::move(listener));
+Result<void> PostgresHistoryStore::request_cancel(std::string_view conversation_id, int turn) {
+  RETURN_IF_ERROR(run(*connections_, "asking for a turn's cancel",
+                      fmt::format("SELECT pg_notify('{}', $1)", kCancelsChannel),
+                      {text(fmt::format("{} {}", conversation_id, turn))}));
+  return {};
+}
+
+Result<std::unique_ptr<Subscription>> PostgresHistoryStore::listen(StreamEventListener on_event,
+                                                                   CancelListener on_cancel) {
+  auto channel =
+      std::make_unique<StreamEventChannel>(url_, std::move(on_event), std::move(on_cancel));
   RETURN_IF_ERROR(channel->start());
   return channel;
 }

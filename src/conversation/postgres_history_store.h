@@ -20,7 +20,9 @@
 // It is also the registry of the servers sharing it (a `servers` table, times by the database's
 // clock), and tells each server of the stream events recorded: an INSERT into stream_events
 // sends a NOTIFY on the channel quarry_stream_events ("<conversation> <turn> <seq>") in the
-// same statement, which a connection of the listener's, LISTENing, receives. And it holds the
+// same statement, which a connection of the listener's, LISTENing, receives; a cancel asked
+// through any server is a NOTIFY on quarry_turn_cancels ("<conversation> <turn>"), heard by
+// the same connection. And it holds the
 // place of every server's sandboxes (`sandbox_places`), so the capacity limits hold across
 // servers: a place is taken by one INSERT that counts the others', under a transaction-scoped
 // advisory lock, so two servers never both take the last one.
@@ -103,7 +105,9 @@ class PostgresHistoryStore final : public HistoryStore,
   Result<void> leave(std::string_view boot_id) override;
   Result<std::vector<ServerRecord>> servers() override;
   Result<bool> claim(std::string_view boot_id, std::chrono::milliseconds timeout) override;
-  Result<std::unique_ptr<Subscription>> listen_stream_events(StreamEventListener listener) override;
+  Result<void> request_cancel(std::string_view conversation_id, int turn) override;
+  Result<std::unique_ptr<Subscription>> listen(StreamEventListener on_event,
+                                               CancelListener on_cancel) override;
 
   capacity::SharedPlaces* places() override { return this; }
   // A server's places go with its record: when it leaves, and when a live server claims it.

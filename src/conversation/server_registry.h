@@ -31,6 +31,9 @@ struct ServerRecord {
 // (this one's too), on a thread of the registry's; an empty conversation id means events may
 // have been missed (the registry lost its connection): look again at every conversation.
 using StreamEventListener = std::function<void(const std::string&, int, int64_t)>;
+// Called with (conversation id, turn) of each cancel asked through any server, on the same
+// thread.
+using CancelListener = std::function<void(const std::string&, int)>;
 
 // Listening for stream events; stops when destroyed.
 class Subscription {
@@ -53,10 +56,15 @@ class ServerRegistry {
   // did: of servers claiming one dead server at once, exactly one gets true and takes it over.
   virtual Result<bool> claim(std::string_view boot_id, std::chrono::milliseconds timeout) = 0;
 
-  // Calls `listener` with the stream events recorded from now on, until the subscription is
-  // destroyed (it must not outlive what the listener uses, nor the registry).
-  virtual Result<std::unique_ptr<Subscription>> listen_stream_events(
-      StreamEventListener listener) = 0;
+  // Asks whichever server runs turn `turn` of the conversation to cancel it (a server hears
+  // only the cancels of its own turns; none when the turn has ended meanwhile).
+  virtual Result<void> request_cancel(std::string_view conversation_id, int turn) = 0;
+
+  // Calls `on_event` with the stream events recorded from now on and `on_cancel` with the
+  // cancels asked, until the subscription is destroyed (it must not outlive what the listeners
+  // use, nor the registry).
+  virtual Result<std::unique_ptr<Subscription>> listen(StreamEventListener on_event,
+                                                       CancelListener on_cancel) = 0;
 };
 
 }  // namespace quarry::conversation

@@ -681,19 +681,33 @@ ApiResult<ApiReply> Api::events(const ApiRequest& request) {
   return reply;
 }
 
+Result<int> Api::running_elsewhere(const std::string& conversation_id) {
+  if (!services_.history.registry()) return 0;
+  ASSIGN_OR_RETURN(auto turns, services_.history.turns(conversation_id));
+  if (turns.empty() || turns.back().status != conversation::TurnStatus::kRunning) return 0;
+  return turns.back().number;
+}
+
 ApiResult<ApiReply> Api::cancel(const ApiRequest& request) {
   auto conversation = owned(request, request.route.params.at("id"));
   if (!conversation) return std::unexpected(conversation.error());
   auto body = JsonBody::parse(request.body, request.content_type, {});
   if (!body) return std::unexpected(body.error());
   auto turn = services_.turns.cancel(conversation->id, "cancelled by the user");
-  if (!turn) {
-    if (turn.error().code == ErrorCode::kNotFound) {
+  if (!turn && turn.error().code == ErrorCode::kNotFound) {
+    // Not running here: on a shared history it may run on another server, which is asked.
+    turn = running_elsewhere(conversation->id);
+    if (turn && *turn > 0) {
+      if (auto asked = services_.history.registry()->request_cancel(conversation->id, *turn);
+          !asked) {
+        return std::unexpected(from_error(asked.error()));
+      }
+    } else if (turn) {
       return api_error(409, "no_turn_running", "conversation {} has no turn running to cancel",
                        conversation->id);
     }
-    return std::unexpected(from_error(turn.error()));
   }
+  if (!turn) return std::unexpected(from_error(turn.error()));
   return json({{"turn", *turn}, {"status", "cancelling"}}, 202);
 }
 

@@ -122,6 +122,9 @@ class Api {
   ApiResult<ApiReply> create_cell(const ApiRequest& request);
   ApiResult<ApiReply> events(const ApiRequest& request);
   ApiResult<ApiReply> cancel(const ApiRequest& request);
+  // The number of the conversation's turn recorded running, which another server sharing the
+  // history runs (this one's are TurnRunner's); 0 for none, or for a history of one server.
+  Result<int> running_elsewhere(const std::string& conversation_id);
   ApiResult<ApiReply> list_artifacts(const ApiRequest& request);
   ApiResult<ApiReply> read_artifact(const ApiRequest& request);
   ApiResult<ApiReply> artifact_table(const ApiRequest& request);

@@ -138,15 +138,6 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
   ASSIGN_OR_RETURN(int orphans, manager.destroy_orphans(alive));
   if (orphans > 0) spdlog::info("destroyed {} sandboxes an earlier run left", orphans);
   StreamHub hub(*history);
-  // Events other servers record wake this one's watchers (before any turn can record one).
-  std::unique_ptr<conversation::Subscription> heard_elsewhere;
-  if (registry) {
-    ASSIGN_OR_RETURN(heard_elsewhere,
-                     registry->listen_stream_events(
-                         [&hub](const std::string& conversation_id, int turn, int64_t seq) {
-                           hub.heard(conversation_id, {turn, seq});
-                         }));
-  }
   ASSIGN_OR_RETURN(auto interrupted, manager.finish_interrupted_turns());
   for (const auto& [conversation_id, turn] : interrupted) {
     RETURN_IF_ERROR(hub.end_interrupted(conversation_id, turn, conversation::kInterruptedReason));
@@ -154,6 +145,20 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
 
   TurnRunner turns(config, options.state_dir, *history, manager, model.get(), hub,
                    {config.server.workers, config.sandbox.output_limit_bytes});
+  // Events other servers record wake this one's watchers, and a cancel asked through another
+  // server reaches the turn if it runs here (heard before any turn can start).
+  std::unique_ptr<conversation::Subscription> heard_elsewhere;
+  if (registry) {
+    ASSIGN_OR_RETURN(heard_elsewhere,
+                     registry->listen(
+                         [&hub](const std::string& conversation_id, int turn, int64_t seq) {
+                           hub.heard(conversation_id, {turn, seq});
+                         },
+                         [&turns](const std::string& conversation_id, int turn) {
+                           // Another server's turn, or one ended meanwhile: nothing to do.
+                           (void)turns.cancel(conversation_id, "cancelled by the user", turn);
+                         }));
+  }
   Sessions sessions(
       clock, std::chrono::duration_cast<std::chrono::milliseconds>(config.server.session_lifetime));
   Authenticator auth(with_tokens ? std::make_unique<TokenStore>(tokens_file) : nullptr, sessions);

@@ -235,10 +235,11 @@ void TurnRunner::finish(Running& running, LiveTurn& live, std::shared_ptr<conver
   changed_.notify_all();
 }
 
-Result<int> TurnRunner::cancel(const std::string& conversation_id, std::string reason) {
+Result<int> TurnRunner::cancel(const std::string& conversation_id, std::string reason,
+                               std::optional<int> only_turn) {
   std::lock_guard lock(mutex_);
   auto found = running_.find(conversation_id);
-  if (found == running_.end()) {
+  if (found == running_.end() || (only_turn && found->second->number != *only_turn)) {
     return make_error(ErrorCode::kNotFound, "no turn of conversation {} is running",
                       conversation_id);
   }

@@ -46,8 +46,9 @@ class TurnRunner {
 
   // Stops the conversation's running turn now: the model request is closed, a running command
   // killed, the turn recorded as cancelled (`reason`). Returns its number; kNotFound when no
-  // turn of it runs in this server.
-  Result<int> cancel(const std::string& conversation_id, std::string reason);
+  // turn of it runs in this server (or, given `only_turn`, not that one).
+  Result<int> cancel(const std::string& conversation_id, std::string reason,
+                     std::optional<int> only_turn = std::nullopt);
 
   // Shutdown: takes no more turns, waits up to `grace` for the running ones, cancels the rest
   // and waits for them to record their end.

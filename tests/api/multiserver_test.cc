@@ -243,5 +243,35 @@ TEST(Multiserver, CapacityLimitsHoldAcrossTheServers) {
   }
 }
 
+TEST(Multiserver, ATurnIsCancelledThroughAnyServer) {
+  SharedHistory history;
+  QuarryServer a(history.server("multi-a")), b(history.server("multi-b"));
+  ASSERT_TRUE(a.started() && b.started());
+  ApiClient through_a(a.url()), through_b(b.url());
+  const auto id = through_a.create_conversation("cancelled elsewhere");
+  BackgroundStream sleeping(through_a, "POST", cells_path(id),
+                            python_cell("import time\nprint('sleeping', flush=True)\n"
+                                        "time.sleep(600)\n"));
+  ASSERT_TRUE(sleeping.wait_for_type("output"));
+
+  // The turn runs on a; the user, sent to b by the load balancer, cancels it there.
+  auto cancelled = through_b.post(fmt::format("/api/v1/conversations/{}/cancel", id), nullptr);
+  EXPECT_EQ(cancelled.status, 202) << cancelled.body;
+  EXPECT_EQ(cancelled.json["turn"], 1);
+  EXPECT_EQ(cancelled.json["status"], "cancelling");
+  auto done = sleeping.finish();
+  ASSERT_EQ(done.events.back().type, "done") << done.body;
+  EXPECT_EQ(done.events.back().data["status"], "cancelled") << done.body;
+  const auto turn = through_b.get("/api/v1/conversations/" + id).json["turns"][0];
+  EXPECT_EQ(turn["status"], "cancelled");
+  EXPECT_EQ(turn["error"], "cancelled by the user");
+  // Nothing runs any more, through either server.
+  for (auto* client : {&through_a, &through_b}) {
+    auto again = client->post(fmt::format("/api/v1/conversations/{}/cancel", id), nullptr);
+    EXPECT_EQ(again.status, 409) << again.body;
+  }
+  stop_all({&a, &b});
+}
+
 }  // namespace
 }  // namespace quarry::testing
