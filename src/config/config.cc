@@ -473,11 +473,7 @@ Result<void> parse_conversations(const Walker& walk, const YAML::Node& node,
       return walk.fail(value, "conversations.url", "must be one line");
     }
   }
-  if (out.store == "postgres" && out.url.empty()) {
-    return walk.fail(node["store"], "conversations.store",
-                     "the postgres store needs conversations.url (a libpq URL such as "
-                     "postgresql://quarry@db.internal:5432/quarry_history)");
-  }
+  // postgres without a url: quarry's private PostgreSQL (cli/data/history.cc).
   if (out.store == "sqlite" && !out.url.empty()) {
     return walk.fail(node["url"], "conversations.url",
                      "only the postgres store reads it: set conversations.store: postgres, or "

@@ -331,4 +331,25 @@ Result<ServerInfo> PostgresServer::running() const {
   return info(*port, credentials);
 }
 
+Result<std::string> PostgresServer::history_conninfo() const {
+  ASSIGN_OR_RETURN(auto info, running());
+  ASSIGN_OR_RETURN(auto credentials, load_or_create_credentials(false));
+  ASSIGN_OR_RETURN(auto connection, Connection::open(info.admin_conninfo));
+  auto exists = [&]() -> Result<bool> {
+    ASSIGN_OR_RETURN(auto found, connection.exec("SELECT 1 FROM pg_database WHERE datname = $1",
+                                                 {std::string(kHistoryDatabase)}));
+    return PQntuples(found.get()) > 0;
+  };
+  ASSIGN_OR_RETURN(bool made, exists());
+  if (!made) {
+    // Servers starting at once may both try: the one that loses finds it made.
+    auto created = connection.exec(fmt::format("CREATE DATABASE {}", kHistoryDatabase));
+    if (!created) {
+      ASSIGN_OR_RETURN(made, exists());
+      if (!made) return std::unexpected(created.error());
+    }
+  }
+  return conninfo(info.port, kHistoryDatabase, kAdminRole, credentials.admin_password);
+}
+
 }  // namespace quarry::data

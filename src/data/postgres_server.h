@@ -17,6 +17,8 @@ namespace quarry::data {
 inline constexpr std::string_view kDatabaseName = "analytics";
 inline constexpr std::string_view kReaderRole = "quarry_reader";
 inline constexpr std::string_view kAdminRole = "quarry_admin";
+// The conversation history's database when conversations.store is postgres without a url.
+inline constexpr std::string_view kHistoryDatabase = "quarry_history";
 
 struct ServerInfo {
   uint16_t port = 0;
@@ -39,6 +41,9 @@ class PostgresServer {
   Result<bool> down();
   // The running server; kFailedPrecondition if it is not running.
   Result<ServerInfo> running() const;
+  // The running server's history database (kHistoryDatabase, owned by the superuser role and
+  // made on first use): a key=value string over the unix socket, for conversations.url.
+  Result<std::string> history_conninfo() const;
 
   const std::filesystem::path& directory() const { return directory_; }
   std::filesystem::path log_file() const { return directory_ / "log/server.log"; }

@@ -263,8 +263,6 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"unknown history store", "conversations:\n  store: mysql\n",
        "config.yml:2: conversations.store: 'mysql' is not a history store (available: sqlite, "
        "postgres)"},
-      {"postgres store without its url", "conversations:\n  store: postgres\n",
-       "config.yml:2: conversations.store: the postgres store needs conversations.url"},
       {"url of the sqlite store", "conversations:\n  url: postgresql://db/history\n",
        "conversations.url: only the postgres store reads it: set conversations.store: postgres"},
       {"history url on two lines", "conversations:\n  store: postgres\n  url: \"a\\nb\"\n",
@@ -323,6 +321,10 @@ TEST(Config, ReadsWhereTheHistoryLives) {
   ASSERT_TRUE(config) << config.error().message;
   EXPECT_EQ(config->conversations.store, "postgres");
   EXPECT_EQ(config->conversations.url, "postgresql://quarry@db.internal/history");
+  // Without a url: quarry's private PostgreSQL, found when the history is opened.
+  auto local = parse_config("conversations:\n  store: postgres\n", "config.yml");
+  ASSERT_TRUE(local) << local.error().message;
+  EXPECT_EQ(local->conversations.url, "");
 }
 
 TEST(Config, ReadsHowLongSnapshotsAreKept) {

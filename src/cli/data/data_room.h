@@ -3,9 +3,18 @@
 // history store).
 #pragma once
 
+#include <filesystem>
+
 #include "cli/data_commands.h"
+#include "config/config.h"
 
 namespace quarry::cli {
+
+// The conversations' configuration with its history found: conversations.store postgres
+// without a url is the database quarry_history of quarry's private PostgreSQL (made on first
+// use; the server must be up: `quarry db up`), as database.url empty is its analytics.
+Result<ConversationsConfig> history_config(const Config& config,
+                                           const std::filesystem::path& state_dir);
 
 class DataRoom final : public DataCommands {
  public:

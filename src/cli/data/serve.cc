@@ -20,7 +20,9 @@ int DataRoom::serve(Context& context, const ServeOptions& options) {
   serve.on_listening = [](const std::string& url) {
     std::cout << "quarry is serving on " << url << std::endl;
   };
-  if (auto served = server::serve(*config, serve); !served) return report(served.error());
+  Config resolved = *config;
+  ASSIGN_OR_RETURN_CLI(resolved.conversations, history_config(*config, context.state_dir()));
+  if (auto served = server::serve(resolved, serve); !served) return report(served.error());
   return 0;
 }
 
