@@ -602,7 +602,8 @@ ApiResult<ApiReply> Api::delete_conversation(const ApiRequest& request) {
     }
     return std::unexpected(from_error(deleted.error()));
   }
-  if (auto removed = agent::remove_artifacts(services_.state_dir / "artifacts", conversation->id);
+  if (auto removed =
+          conversation::remove_artifacts(services_.state_dir / "artifacts", conversation->id);
       !removed) {
     spdlog::warn("conversation {} was deleted but its artifact files were not: {}",
                  conversation->id, removed.error().message);

@@ -1,0 +1,30 @@
+// Where artifacts' files are kept: each server keeps them under its own state directory in one
+// layout,
+//
+//   <state>/artifacts/<conversation>/<turn>/<step directory>/<name>
+//
+// so a server finds the file of any artifact in the history at the same place under its own,
+// whichever server collected it.
+#pragma once
+
+#include <filesystem>
+#include <string_view>
+
+#include "common/error.h"
+#include "conversation/history_store.h"
+
+namespace quarry::conversation {
+
+// Where a server keeps an artifact's file under its store directory (<state>/artifacts): the
+// same place relative to it on every server. A record that would point outside it (a name
+// with "..", an absolute one) is refused.
+Result<std::filesystem::path> artifact_path(const std::filesystem::path& store_dir,
+                                            std::string_view conversation_id,
+                                            const Artifact& artifact);
+
+// Removes the stored files of a conversation's artifacts (under `store_dir`, as a collector
+// with that directory stores them).
+Result<void> remove_artifacts(const std::filesystem::path& store_dir,
+                              std::string_view conversation_id);
+
+}  // namespace quarry::conversation
