@@ -72,6 +72,7 @@ class PostgresBackend final : public testing::HistoryBackend {
     return text;
   }
   bool keeps_any_bytes() const override { return false; }
+  bool keeps_artifact_contents() const override { return true; }
 
   const std::string& url() const { return url_; }
 
@@ -141,7 +142,7 @@ TEST_F(PostgresHistoryTest, ServersStartingAtOnceMigrateOnce) {
     EXPECT_EQ(error, "");
   EXPECT_EQ(opened, kServers);
   EXPECT_EQ(query_text(backend_.url(), "SELECT version FROM schema_version ORDER BY version"),
-            "5|\n6|\n");
+            "5|\n6|\n7|\n");
   EXPECT_EQ(query_text(backend_.url(), "SELECT count(*) FROM conversations"), "6|\n");
 }
 
