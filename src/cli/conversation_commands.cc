@@ -71,13 +71,13 @@ int show(conversation::HistoryStore& history, const std::filesystem::path& state
   if (options.show_json) {
     auto document = conversation::conversation_document(history, conversation->id);
     if (!document) return report(document.error());
-    // On this machine the files are at hand (restored from a history several servers share,
-    // when another server collected them): say where each artifact is stored.
+    // Say where each artifact's file is on this machine, when it is here. One that another
+    // server sharing the history collected is written here only when this server serves it:
+    // showing a conversation copies nothing.
     for (auto& artifact : (*document)["artifacts"]) {
       for (const auto& a : *artifacts) {
         if (a.id != artifact["id"]) continue;
-        auto file =
-            conversation::artifact_file(state_dir / "artifacts", history, conversation->id, a);
+        auto file = conversation::local_artifact_file(state_dir / "artifacts", conversation->id, a);
         if (!file) return report(file.error());
         if (*file) artifact["path"] = (*file)->string();
       }

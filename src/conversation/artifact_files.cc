@@ -61,6 +61,18 @@ Result<std::optional<std::filesystem::path>> artifact_file(const std::filesystem
   return std::nullopt;
 }
 
+Result<std::optional<std::filesystem::path>> local_artifact_file(
+    const std::filesystem::path& store_dir, std::string_view conversation_id,
+    const Artifact& artifact) {
+  ASSIGN_OR_RETURN(auto path, artifact_path(store_dir, conversation_id, artifact));
+  std::error_code error;
+  if (std::filesystem::is_regular_file(path, error)) return path;
+  if (!artifact.location.empty() && std::filesystem::is_regular_file(artifact.location, error)) {
+    return std::filesystem::path(artifact.location);
+  }
+  return std::nullopt;
+}
+
 Result<void> remove_artifacts(const std::filesystem::path& store_dir,
                               std::string_view conversation_id) {
   if (!valid_conversation_id(conversation_id)) {

@@ -33,6 +33,12 @@ Result<std::optional<std::filesystem::path>> artifact_file(const std::filesystem
                                                            std::string_view conversation_id,
                                                            const Artifact& artifact);
 
+// The file of a recorded artifact that is already on this server (at its artifact_path, else
+// at its recorded location), restoring nothing: for what only looks.
+Result<std::optional<std::filesystem::path>> local_artifact_file(
+    const std::filesystem::path& store_dir, std::string_view conversation_id,
+    const Artifact& artifact);
+
 // Removes the stored files of a conversation's artifacts (under `store_dir`, as a collector
 // with that directory stores them).
 Result<void> remove_artifacts(const std::filesystem::path& store_dir,

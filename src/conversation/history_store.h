@@ -108,7 +108,7 @@ struct Artifact {
   std::string type;          // png, svg, html, csv, parquet, json
   uint64_t size_bytes = 0;
   // Where the server that collected it stored its file (an absolute path on that server's
-  // machine); other servers keep theirs at agent::artifact_path under their own state.
+  // machine); every server keeps its copy at conversation::artifact_path under its own state.
   std::string location;
   Clock::time_point created_at;
 };
