@@ -4,25 +4,9 @@
 #include <fstream>
 
 #include "common/file_util.h"
-#include "common/sha256.h"
 #include "common/units.h"
 
 namespace quarry::agent {
-namespace {
-
-// A directory name for a tool call id, which the model chose: used as it is when it is plainly
-// safe, else replaced by a hash, so no id can point outside the store.
-std::string step_directory(std::string_view call_id) {
-  const bool plain = !call_id.empty() && call_id.size() <= 64 &&
-                     std::all_of(call_id.begin(), call_id.end(), [](unsigned char c) {
-                       return std::isalnum(c) || c == '_' || c == '-';
-                     });
-  if (plain) return std::string(call_id);
-  return call_id.empty() ? "_" : "call-" + sha256_hex(call_id).substr(0, 16);
-}
-
-}  // namespace
-
 std::string artifact_type(std::string_view path) {
   auto dot = path.rfind('.');
   if (dot == std::string_view::npos) return "";
@@ -126,9 +110,17 @@ Result<Collected> ArtifactCollector::collect(conversation::Turn& turn, const Out
       continue;
     }
     const uint64_t max_bytes = std::min({limits_.max_file_bytes, step_left, conversation_left});
-    // Each step has a directory of its own, so two steps writing chart.png keep both.
-    auto location = store_dir_ / conversation_id / std::to_string(turn.number()) /
-                    step_directory(turn.step_call_id()) / name;
+    conversation::Artifact artifact;
+    artifact.turn = turn.number();
+    artifact.tool_call_id = turn.step_call_id();
+    artifact.name = name;
+    artifact.type = type;
+    auto place = conversation::artifact_path(store_dir_, conversation_id, artifact);
+    if (!place) {
+      skip(place.error().message);
+      continue;
+    }
+    const std::filesystem::path& location = *place;
     RETURN_IF_ERROR(make_directories(location.parent_path(), 0700));
     // Copied beside its place and renamed there, so a stored artifact is always whole.
     auto temp = location;
@@ -151,25 +143,12 @@ Result<Collected> ArtifactCollector::collect(conversation::Turn& turn, const Out
     }
     step_bytes += *copied;
     conversation_bytes += *copied;
-    conversation::Artifact artifact;
-    artifact.turn = turn.number();
-    artifact.tool_call_id = turn.step_call_id();
-    artifact.name = name;
-    artifact.type = type;
     artifact.size_bytes = *copied;
     artifact.location = location.string();
     ASSIGN_OR_RETURN(artifact, history.record_artifact(conversation_id, std::move(artifact)));
     collected.artifacts.push_back(std::move(artifact));
   }
   return collected;
-}
-
-Result<void> remove_artifacts(const std::filesystem::path& store_dir,
-                              std::string_view conversation_id) {
-  if (conversation_id.empty() || conversation_id.find_first_of("/.") != std::string_view::npos) {
-    return make_error(ErrorCode::kInvalidArgument, "bad conversation id '{}'", conversation_id);
-  }
-  return remove_tree(store_dir / conversation_id);
 }
 
 }  // namespace quarry::agent

@@ -2,6 +2,8 @@
 // after each command and stored with the conversation (they outlive the sandbox).
 //
 //   <state>/artifacts/<conversation>/<turn>/<tool call>/<name>
+//
+// (conversation/artifact_files.h: that layout, the same on every server).
 #pragma once
 
 #include <array>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "conversation/artifact_files.h"
 #include "conversation/conversation_manager.h"
 #include "conversation/history_store.h"
 
@@ -59,10 +62,5 @@ inline constexpr std::array<std::string_view, 6> kArtifactTypes = {"png", "svg",
 
 // "png" for "chart.png", or "" when the type is not one that is collected.
 std::string artifact_type(std::string_view path);
-
-// Removes the stored files of a conversation's artifacts (under `store_dir`, as a collector
-// with that directory stores them).
-Result<void> remove_artifacts(const std::filesystem::path& store_dir,
-                              std::string_view conversation_id);
 
 }  // namespace quarry::agent

@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "common/units.h"
+#include "conversation/artifact_files.h"
 #include "conversation/conversation_manager.h"
 #include "conversation/history_json.h"
 #include "sandbox/metering.h"
@@ -51,7 +52,8 @@ std::string exec_line(const sandbox::ExecResult& r) {
   return line;
 }
 
-int show(conversation::HistoryStore& history, const ConversationOptions& options) {
+int show(conversation::HistoryStore& history, const std::filesystem::path& state_dir,
+         const ConversationOptions& options) {
   auto conversation = history.conversation(options.show_id);
   if (!conversation) return report(conversation.error());
   auto messages = history.messages(conversation->id);
@@ -69,10 +71,15 @@ int show(conversation::HistoryStore& history, const ConversationOptions& options
   if (options.show_json) {
     auto document = conversation::conversation_document(history, conversation->id);
     if (!document) return report(document.error());
-    // On this machine the files are at hand: say where each artifact is stored.
+    // Say where each artifact's file is on this machine, when it is here. One that another
+    // server sharing the history collected is written here only when this server serves it:
+    // showing a conversation copies nothing.
     for (auto& artifact : (*document)["artifacts"]) {
       for (const auto& a : *artifacts) {
-        if (a.id == artifact["id"]) artifact["path"] = a.location;
+        if (a.id != artifact["id"]) continue;
+        auto file = conversation::local_artifact_file(state_dir / "artifacts", conversation->id, a);
+        if (!file) return report(file.error());
+        if (*file) artifact["path"] = (*file)->string();
       }
     }
     std::cout << document->dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
@@ -206,7 +213,7 @@ std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& 
   show_command->callback([&] {
     auto history = context.history();
     if (!history) return void(exit_code = report(history.error()));
-    exit_code = show(**history, opts);
+    exit_code = show(**history, context.state_dir(), opts);
   });
   return options;
 }

@@ -702,6 +702,19 @@ Result<void> check_capacity(const Walker& walk, const YAML::Node& root, const Co
   return {};
 }
 
+Result<void> check_artifact_limits(const Walker& walk, const YAML::Node& root,
+                                   const Config& config) {
+  const uint64_t max_file = config.sandbox.artifacts.max_file_bytes;
+  if (config.conversations.store == "postgres" && max_file > kMaxPostgresArtifactBytes) {
+    return walk.fail(root["sandbox"]["artifacts"]["max_file"], "sandbox.artifacts.max_file",
+                     "{} is more than a PostgreSQL history keeps of one artifact ({}, as "
+                     "PostgreSQL takes at most 1 GB in one value); lower it, or use "
+                     "conversations.store: sqlite",
+                     format_size(max_file), format_size(kMaxPostgresArtifactBytes));
+  }
+  return {};
+}
+
 }  // namespace
 
 bool valid_package_requirement(std::string_view spec) {
@@ -775,6 +788,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
     if (auto model = root["model"]) RETURN_IF_ERROR(parse_model(walk, model, config.model));
     if (auto server = root["server"]) RETURN_IF_ERROR(parse_server(walk, server, config.server));
     RETURN_IF_ERROR(check_capacity(walk, root, config));
+    RETURN_IF_ERROR(check_artifact_limits(walk, root, config));
   } catch (const YAML::Exception& error) {
     return make_error(ErrorCode::kInvalidArgument, "{}:{}: {}", source, error.mark.line + 1,
                       error.msg);

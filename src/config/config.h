@@ -51,6 +51,10 @@ struct ArtifactLimits {
   uint64_t max_conversation_bytes = 2 * kGiB;  // everything one conversation keeps
 };
 
+// The largest max_file with conversations.store: postgres, which keeps each artifact's bytes in
+// one value: PostgreSQL takes at most 1 GB in one (a field, and a protocol message with it).
+inline constexpr uint64_t kMaxPostgresArtifactBytes = 1000 * kMiB;
+
 // How long snapshots that no sandbox uses are kept (sandbox.snapshots; unused since the last
 // sandbox started from one or ended). Package snapshots are a cache that quarry makes and finds
 // by itself; named ones someone made on purpose, so by default they stay until removed.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -107,7 +108,9 @@ struct Artifact {
   std::string name;          // as the sandbox wrote it, e.g. outputs/chart.html
   std::string type;          // png, svg, html, csv, parquet, json
   uint64_t size_bytes = 0;
-  std::string location;  // where the store keeps its bytes
+  // Where the server that collected it stored its file (an absolute path on that server's
+  // machine); every server keeps its copy at conversation::artifact_path under its own state.
+  std::string location;
   Clock::time_point created_at;
 };
 
@@ -190,6 +193,8 @@ class HistoryStore {
   virtual Result<Message> append_message(std::string_view conversation_id, Message message) = 0;
   virtual Result<Event> record_event(std::string_view conversation_id, Event event) = 0;
   virtual Result<ExecRecord> record_exec(std::string_view conversation_id, ExecRecord exec) = 0;
+  // An artifact's file must be whole at its `location` when it is recorded: a store several
+  // servers share (PostgreSQL) keeps its bytes with the record, in the same transaction.
   virtual Result<Artifact> record_artifact(std::string_view conversation_id, Artifact artifact) = 0;
 
   // Everything of a conversation, in the order it happened.
@@ -199,6 +204,12 @@ class HistoryStore {
   virtual Result<std::vector<Artifact>> artifacts(std::string_view conversation_id) = 0;
   // One artifact by its id, with the conversation it belongs to.
   virtual Result<std::pair<std::string, Artifact>> artifact(int64_t id) = 0;
+  // Writes the bytes the store keeps of artifact `id` to the file `to`, whole (a temporary file
+  // beside it renamed over it; mode 0600, missing directories made 0700). False when it keeps
+  // none: a store of one server keeps only the record, as its files are on that server.
+  virtual Result<bool> restore_artifact(int64_t /*id*/, const std::filesystem::path& /*to*/) {
+    return false;
+  }
 
   // Executions across conversations (with the conversation of each), and their totals.
   virtual Result<std::vector<std::pair<std::string, ExecRecord>>> find_execs(

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/random_id.h"
 #include "common/sha256.h"
 #include "conversation/history_columns.h"
@@ -115,6 +116,7 @@ class PostgresConnections : public std::enable_shared_from_this<PostgresConnecti
 namespace {
 
 using Lease = PostgresConnections::Lease;
+using Format = data::Connection::Format;
 
 // Migration N takes the schema to version N from the one before it; the first one creates
 // version 5 from nothing. Append only; never edit a shipped one. Ids of conversations compare
@@ -241,12 +243,21 @@ CREATE TABLE sandbox_places (
   taken_at bigint NOT NULL
 );
 CREATE INDEX sandbox_places_by_server ON sandbox_places (server);
+)sql"},
+                                                     {8, R"sql(
+-- The bytes of each artifact, so any server can serve what another collected (the artifact's
+-- location is a path on the machine of the server that collected it). Artifacts recorded
+-- before version 8 have no row here.
+CREATE TABLE artifact_contents (
+  artifact_id bigint PRIMARY KEY REFERENCES artifacts(id) ON DELETE CASCADE,
+  content bytea NOT NULL
+);
 )sql"}};
 
 // The tables of the schema: one of them without schema_version is another application's.
 constexpr std::string_view kTables =
     "{schema_version,conversations,turns,messages,events,execs,artifacts,sandbox_references,"
-    "stream_events,servers,sandbox_places}";
+    "stream_events,servers,sandbox_places,artifact_contents}";
 
 // A 64-bit advisory lock key from a name.
 int64_t advisory_key(std::string_view name) {
@@ -378,6 +389,16 @@ Result<data::PgResult> run(PostgresConnections& connections, std::string_view wh
 Result<data::PgResult> run(PostgresConnections& connections, std::string_view what,
                            std::string_view sql, std::initializer_list<Param> params = {}) {
   return run(connections, what, sql, std::span(params.begin(), params.size()));
+}
+
+// The same with each parameter's format and the result's (data::Connection::exec).
+Result<data::PgResult> run(PostgresConnections& connections, std::string_view what,
+                           std::string_view sql, std::span<const Param> params,
+                           std::span<const Format> formats, Format result_format) {
+  ASSIGN_OR_RETURN(auto lease, connections.take(true));
+  auto result = lease->exec(sql, params, formats, result_format);
+  if (!result) return std::unexpected(history_error(std::move(result).error(), what));
+  return result;
 }
 
 // Every row of a result, each turned into a T by `read`.
@@ -738,16 +759,43 @@ Result<ExecRecord> PostgresHistoryStore::record_exec(std::string_view conversati
 
 Result<Artifact> PostgresHistoryStore::record_artifact(std::string_view conversation_id,
                                                        Artifact artifact) {
+  auto content = read_file(artifact.location);
+  if (!content) {
+    return std::unexpected(
+        std::move(content).error().with_context("recording an artifact's content"));
+  }
+  if (content->size() != artifact.size_bytes) {
+    return make_error(ErrorCode::kInternal,
+                      "the artifact '{}' is {} bytes, not the {} collected: it changed after "
+                      "it was collected",
+                      artifact.location, content->size(), artifact.size_bytes);
+  }
   artifact.created_at = clock_.now();
+  // The record and its bytes in one statement, so every artifact a server lists has content
+  // (sent as bytes, not as escaped text: a value of binary format).
+  std::vector<Param> params = {number(to_unix_ms(artifact.created_at)),
+                               text(conversation_id),
+                               number(artifact.turn),
+                               text(artifact.tool_call_id),
+                               text(artifact.name),
+                               text(artifact.type),
+                               number(static_cast<int64_t>(artifact.size_bytes)),
+                               text(artifact.location)};
+  params.push_back(std::move(*content));  // moved, not copied as a list's elements would be
+  std::vector<Format> formats(params.size(), Format::kText);
+  formats.back() = Format::kBinary;
   ASSIGN_OR_RETURN(
-      artifact.id,
-      insert_row(*connections_, "recording an artifact", conversation_id, artifact.created_at,
-                 "INSERT INTO artifacts (conversation_id, turn, tool_call_id, name, type, "
-                 "size_bytes, location, created_at) SELECT id, $3::integer, $4, $5, $6, "
-                 "$7::bigint, $8, $1 FROM touched RETURNING id",
-                 {number(artifact.turn), text(artifact.tool_call_id), text(artifact.name),
-                  text(artifact.type), number(static_cast<int64_t>(artifact.size_bytes)),
-                  text(artifact.location)}));
+      auto result,
+      run(*connections_, "recording an artifact",
+          "WITH touched AS (UPDATE conversations SET updated_at = $1 WHERE id = $2 RETURNING id), "
+          "recorded AS (INSERT INTO artifacts (conversation_id, turn, tool_call_id, name, type, "
+          "size_bytes, location, created_at) SELECT id, $3::integer, $4, $5, $6, $7::bigint, $8, "
+          "$1 FROM touched RETURNING id) "
+          "INSERT INTO artifact_contents (artifact_id, content) SELECT id, $9::bytea "
+          "FROM recorded RETURNING artifact_id",
+          params, formats, Format::kText));
+  if (PQntuples(result.get()) == 0) return no_conversation(conversation_id);
+  artifact.id = Row(result.get(), 0).integer(0);
   return artifact;
 }
 
@@ -797,6 +845,21 @@ Result<std::pair<std::string, Artifact>> PostgresHistoryStore::artifact(int64_t 
   if (PQntuples(result.get()) == 0) return make_error(ErrorCode::kNotFound, "no artifact {}", id);
   const Row row(result.get(), 0);
   return std::pair{row.text(0), artifact_from(row, 1)};
+}
+
+Result<bool> PostgresHistoryStore::restore_artifact(int64_t id, const std::filesystem::path& to) {
+  const std::vector<Param> params = {number(id)};
+  const std::vector<Format> formats = {Format::kText};
+  // In binary format the value is the bytes themselves, not their hex text (twice as long).
+  ASSIGN_OR_RETURN(auto result, run(*connections_, "reading an artifact's content",
+                                    "SELECT content FROM artifact_contents WHERE artifact_id = $1",
+                                    params, formats, Format::kBinary));
+  if (PQntuples(result.get()) == 0) return false;
+  const std::string_view content(PQgetvalue(result.get(), 0, 0),
+                                 static_cast<size_t>(PQgetlength(result.get(), 0, 0)));
+  RETURN_IF_ERROR(make_directories(to.parent_path(), 0700));
+  RETURN_IF_ERROR(write_file_atomic(to, content, 0600));
+  return true;
 }
 
 Result<std::vector<std::pair<std::string, ExecRecord>>> PostgresHistoryStore::find_execs(

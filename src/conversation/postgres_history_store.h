@@ -17,6 +17,11 @@
 // NUL, as the API and the model see it anyway (the SQLite store keeps the bytes as they are).
 // Times are Unix milliseconds (bigint), as in the SQLite store.
 //
+// Artifacts: each one's bytes are a bytea row of artifact_contents, inserted in the statement
+// that records it. libpq holds a whole value in memory (sent from one string, received in one
+// result), so recording or restoring one costs about twice its size for a moment; the
+// artifact limits (sandbox.artifacts.max_file, at most 1000 MiB here) bound that.
+//
 // It is also the registry of the servers sharing it (a `servers` table, times by the database's
 // clock), and tells each server of the stream events recorded: an INSERT into stream_events
 // sends a NOTIFY on the channel quarry_stream_events ("<conversation> <turn> <seq>") in the
@@ -47,8 +52,9 @@ class PostgresHistoryStore final : public HistoryStore,
   // The schema version this build writes. Version 5 is created at once, the same tables as the
   // SQLite store's version 5 (the PostgreSQL store began there); 6 adds the servers, which only
   // a shared history has, so from there the two numbers go their own ways; 7 adds the servers'
-  // sandbox places.
-  static constexpr int kSchemaVersion = 7;
+  // sandbox places, 8 keeps artifacts' bytes (artifact_contents), so any server can serve what
+  // another collected.
+  static constexpr int kSchemaVersion = 8;
   // Calls running on the database at once (each on a connection of its own).
   static constexpr size_t kMaxConnections = 8;
 
@@ -86,6 +92,7 @@ class PostgresHistoryStore final : public HistoryStore,
   Result<std::vector<ExecRecord>> execs(std::string_view conversation_id) override;
   Result<std::vector<Artifact>> artifacts(std::string_view conversation_id) override;
   Result<std::pair<std::string, Artifact>> artifact(int64_t id) override;
+  Result<bool> restore_artifact(int64_t id, const std::filesystem::path& to) override;
   Result<std::vector<std::pair<std::string, ExecRecord>>> find_execs(
       const ExecQuery& query) override;
   Result<ExecTotals> exec_totals(const ExecQuery& query) override;

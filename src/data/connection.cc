@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <vector>
 
 namespace quarry::data {
@@ -97,13 +98,36 @@ Result<PgResult> Connection::exec(std::string_view sql,
 
 Result<PgResult> Connection::exec(std::string_view sql,
                                   std::span<const std::optional<std::string>> params) {
+  const std::vector<Format> formats(params.size(), Format::kText);
+  return exec(sql, params, formats, Format::kText);
+}
+
+Result<PgResult> Connection::exec(std::string_view sql,
+                                  std::span<const std::optional<std::string>> params,
+                                  std::span<const Format> formats, Format result_format) {
+  if (formats.size() != params.size()) {
+    return make_error(ErrorCode::kInternal, "{} parameter formats for {} parameters",
+                      formats.size(), params.size());
+  }
   std::vector<const char*> values;
-  for (const auto& param : params)
+  std::vector<int> lengths;  // read only for binary parameters, which may hold NUL
+  std::vector<int> format_codes;
+  for (size_t index = 0; index < params.size(); ++index) {
+    const auto& param = params[index];
+    if (param && param->size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "parameter {} is {} long, more than PostgreSQL takes in one value",
+                        index + 1, format_size(param->size()));
+    }
     values.push_back(param ? param->c_str() : nullptr);
+    lengths.push_back(param ? static_cast<int>(param->size()) : 0);
+    format_codes.push_back(static_cast<int>(formats[index]));
+  }
   const std::string text(sql);
-  return checked(PQexecParams(get(), text.c_str(), static_cast<int>(values.size()), nullptr,
-                              values.data(), nullptr, nullptr, 0),
-                 "sending the statement", {PGRES_COMMAND_OK, PGRES_TUPLES_OK});
+  return checked(
+      PQexecParams(get(), text.c_str(), static_cast<int>(values.size()), nullptr, values.data(),
+                   lengths.data(), format_codes.data(), static_cast<int>(result_format)),
+      "sending the statement", {PGRES_COMMAND_OK, PGRES_TUPLES_OK});
 }
 
 Result<void> Connection::exec_script(std::string_view sql) {

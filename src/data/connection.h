@@ -52,6 +52,13 @@ class Connection {
                         std::initializer_list<std::optional<std::string>> params = {});
   // The same with parameters built at run time.
   Result<PgResult> exec(std::string_view sql, std::span<const std::optional<std::string>> params);
+  // The same with each parameter's format, and the result's: a kBinary parameter is sent as its
+  // bytes (a bytea's binary form is its bytes as they are, NULs too, with no escaping), and a
+  // kBinary result has every column in binary form (a bytea's bytes; a bigint's 8 bytes, most
+  // significant first). `formats` has one entry per parameter.
+  enum class Format { kText = 0, kBinary = 1 };
+  Result<PgResult> exec(std::string_view sql, std::span<const std::optional<std::string>> params,
+                        std::span<const Format> formats, Format result_format);
   // Runs a script of several statements (simple protocol): only for quarry's own SQL.
   Result<void> exec_script(std::string_view sql);
 

@@ -602,7 +602,8 @@ ApiResult<ApiReply> Api::delete_conversation(const ApiRequest& request) {
     }
     return std::unexpected(from_error(deleted.error()));
   }
-  if (auto removed = agent::remove_artifacts(services_.state_dir / "artifacts", conversation->id);
+  if (auto removed =
+          conversation::remove_artifacts(services_.state_dir / "artifacts", conversation->id);
       !removed) {
     spdlog::warn("conversation {} was deleted but its artifact files were not: {}",
                  conversation->id, removed.error().message);
@@ -722,8 +723,8 @@ ApiResult<ApiReply> Api::list_artifacts(const ApiRequest& request) {
   return json({{"artifacts", items}});
 }
 
-ApiResult<conversation::Artifact> Api::owned_artifact(const ApiRequest& request,
-                                                      std::string_view text) {
+ApiResult<Api::StoredArtifact> Api::owned_artifact(const ApiRequest& request,
+                                                   std::string_view text) {
   auto not_found = [&] { return api_error(404, "not_found", "there is no artifact '{}'", text); };
   auto id = whole_number(text);
   if (!id) return not_found();
@@ -734,32 +735,36 @@ ApiResult<conversation::Artifact> Api::owned_artifact(const ApiRequest& request,
   }
   auto& [conversation_id, artifact] = *found;
   if (!owned(request, conversation_id)) return not_found();
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(artifact.location, error)) {
+  auto file = conversation::artifact_file(services_.state_dir / "artifacts", services_.history,
+                                          conversation_id, artifact);
+  if (!file) return std::unexpected(from_error(file.error()));
+  if (!*file) {
     return api_error(404, "not_found",
                      "artifact {} ({}) is recorded, but its file is no longer stored", *id,
                      artifact.name);
   }
-  return std::move(artifact);
+  return StoredArtifact{std::move(artifact), std::move(**file)};
 }
 
 ApiResult<ApiReply> Api::read_artifact(const ApiRequest& request) {
-  auto artifact = owned_artifact(request, request.route.params.at("artifact_id"));
-  if (!artifact) return std::unexpected(artifact.error());
+  auto stored = owned_artifact(request, request.route.params.at("artifact_id"));
+  if (!stored) return std::unexpected(stored.error());
+  const auto& artifact = stored->record;
   auto download = request.query.find("download");
   const bool attachment = download != request.query.end() && download->second != "0";
-  return FileReply{artifact->location,
-                   std::string(content_type_of(artifact->type)),
-                   {{"Content-Security-Policy", std::string(artifact_policy(artifact->type))},
-                    {"Content-Disposition", content_disposition(attachment, artifact->name)}}};
+  return FileReply{stored->file,
+                   std::string(content_type_of(artifact.type)),
+                   {{"Content-Security-Policy", std::string(artifact_policy(artifact.type))},
+                    {"Content-Disposition", content_disposition(attachment, artifact.name)}}};
 }
 
 ApiResult<ApiReply> Api::artifact_table(const ApiRequest& request) {
-  auto artifact = owned_artifact(request, request.route.params.at("artifact_id"));
-  if (!artifact) return std::unexpected(artifact.error());
-  if (artifact->type != "csv" && artifact->type != "parquet") {
+  auto stored = owned_artifact(request, request.route.params.at("artifact_id"));
+  if (!stored) return std::unexpected(stored.error());
+  const auto& artifact = stored->record;
+  if (artifact.type != "csv" && artifact.type != "parquet") {
     return api_error(400, "not_a_table", "artifact {} ({}) is {}, not a table (csv or parquet)",
-                     artifact->id, artifact->name, artifact->type);
+                     artifact.id, artifact.name, artifact.type);
   }
   data::TablePageRequest page;
   auto limit = page_size(request);
@@ -783,17 +788,17 @@ ApiResult<ApiReply> Api::artifact_table(const ApiRequest& request) {
     }
     page.descending = order->second == "desc";
   }
-  auto table = data::read_table_page(artifact->location, artifact->type, page);
+  auto table = data::read_table_page(stored->file, artifact.type, page);
   if (!table) {
     if (table.error().code == ErrorCode::kInvalidArgument) {
       return api_error(400, "invalid_parameter", "{}", table.error().message);
     }
     if (table.error().code == ErrorCode::kFailedPrecondition) {
-      return api_error(422, "unreadable_table", "artifact {} ({}): {}", artifact->id,
-                       artifact->name, table.error().message);
+      return api_error(422, "unreadable_table", "artifact {} ({}): {}", artifact.id, artifact.name,
+                       table.error().message);
     }
     if (table.error().code == ErrorCode::kResourceExhausted) {
-      return api_error(422, "table_too_large", "artifact {} ({}): {}", artifact->id, artifact->name,
+      return api_error(422, "table_too_large", "artifact {} ({}): {}", artifact.id, artifact.name,
                        table.error().message);
     }
     return std::unexpected(from_error(table.error()));

@@ -128,8 +128,14 @@ class Api {
   ApiResult<ApiReply> list_artifacts(const ApiRequest& request);
   ApiResult<ApiReply> read_artifact(const ApiRequest& request);
   ApiResult<ApiReply> artifact_table(const ApiRequest& request);
-  // The artifact `id` names, if it belongs to the user; its file must still be stored.
-  ApiResult<conversation::Artifact> owned_artifact(const ApiRequest& request, std::string_view id);
+  // An artifact and its file on this server.
+  struct StoredArtifact {
+    conversation::Artifact record;
+    std::filesystem::path file;
+  };
+  // The artifact `id` names, if it belongs to the user, and its file (restored from the history
+  // when another server collected it); its file must still be stored.
+  ApiResult<StoredArtifact> owned_artifact(const ApiRequest& request, std::string_view id);
   ApiResult<ApiReply> list_execs(const ApiRequest& request);
   ApiResult<ApiReply> list_sandboxes(const ApiRequest& request);
 

@@ -117,6 +117,7 @@ QuarryServer::QuarryServer(ServerOptions options) {
   dir_ = sandboxes.state_dir() / "servers" / fmt::format("{}-{}", test_name(), ++counter);
   std::filesystem::create_directories(dir_);
   config_ = dir_ / "config.yml";
+  state_dir_ = options.own_state_dir ? dir_ / "state" : sandboxes.state_dir();
   tokens_file_ = dir_ / "tokens.json";
   log_ = results_dir() / fmt::format("{}-{}.log", test_name(), counter);
   // The server appends to it: an earlier run's lines must not answer this run's questions.
@@ -216,9 +217,8 @@ std::vector<std::string> QuarryServer::quarry_argv(const std::vector<std::string
     argv.push_back("/usr/bin/env");
     argv.insert(argv.end(), env_.begin(), env_.end());
   }
-  for (const auto& word :
-       {sandboxes.quarry_binary().string(), std::string("--config"), config_.string(),
-        std::string("--state-dir"), sandboxes.state_dir().string()}) {
+  for (const auto& word : {sandboxes.quarry_binary().string(), std::string("--config"),
+                           config_.string(), std::string("--state-dir"), state_dir_.string()}) {
     argv.push_back(word);
   }
   argv.insert(argv.end(), args.begin(), args.end());

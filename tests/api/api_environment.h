@@ -68,6 +68,9 @@ struct ServerOptions {
   // KEY=VALUE set in the environment of the server and of quarry() (e.g. a Daytona key).
   std::vector<std::string> env{};
   bool expect_start = true;  // false: the server is to refuse to start
+  // A state directory of its own instead of the one the test binary's sandboxes live in, as a
+  // server on another machine has (its artifacts, tokens); it should start no sandbox.
+  bool own_state_dir = false;
 };
 
 // A `quarry serve` process of the test; stopped with SIGKILL when it goes out of scope, unless
@@ -88,6 +91,7 @@ class QuarryServer {
   std::string user(const std::string& user) const;
   const std::filesystem::path& tokens_file() const { return tokens_file_; }
   const std::filesystem::path& config() const { return config_; }
+  const std::filesystem::path& state_dir() const { return state_dir_; }
   // Sends `signal` and returns the wait status.
   int stop(int signal);
   // Sends `signal` and returns at once; wait() then waits for the exit and returns its status.
@@ -105,6 +109,7 @@ class QuarryServer {
  private:
   std::filesystem::path dir_;
   std::filesystem::path config_;
+  std::filesystem::path state_dir_;
   std::filesystem::path tokens_file_;
   std::filesystem::path log_;
   std::map<std::string, std::string> tokens_;

@@ -1,11 +1,13 @@
 // Several `quarry serve` on one PostgreSQL history, as behind a load balancer: a turn started
 // through one server streams through another while it runs, and when a server is killed in the
 // middle of a turn a live one takes over what it left (its sandbox destroyed, its turn recorded
-// interrupted) and the conversation goes on through the others. The capacity limits hold across
-// the servers. No sandbox is left behind.
+// interrupted) and the conversation goes on through the others; an artifact one server
+// collected is served by another that has a state directory of its own; the capacity limits
+// hold across the servers and a cancel works through any of them. No sandbox is left behind.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -236,6 +238,68 @@ TEST(Multiserver, CapacityLimitsHoldAcrossTheServers) {
   // Now b holds the one (idle in its conversation): a is refused in turn.
   auto refused_on_a = through_a.post("/daytona/api/sandbox", nlohmann::json::object());
   EXPECT_EQ(refused_on_a.status, 429) << refused_on_a.body;
+
+  stop_all({&a, &b});
+  for (const char* instance : {"multi-a", "multi-b"}) {
+    EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
+  }
+}
+
+// b has a state directory of its own, as a server on another machine would: it never had a's
+// files, so what it serves comes from the bytes the shared history keeps.
+TEST(Multiserver, AnArtifactCollectedThroughOneServerIsServedByAnother) {
+  SharedHistory history;
+  QuarryServer a(history.server("multi-a"));
+  auto on_its_own = history.server("multi-b");
+  on_its_own.own_state_dir = true;
+  QuarryServer b(on_its_own);
+  ASSERT_TRUE(a.started() && b.started());
+  ASSERT_NE(a.state_dir(), b.state_dir());
+  ApiClient through_a(a.url()), through_b(b.url());
+  const auto id = through_a.create_conversation("artifacts");
+  auto cell = through_a.cell(id, "python",
+                             "open('/home/sandbox/outputs/sales.csv', 'w')"
+                             ".write('region,amount\\nnorth,3\\nsouth,1\\neast,2\\n')\n"
+                             "open('/home/sandbox/outputs/bytes.png', 'wb')"
+                             ".write(bytes(range(256)) * 300)\n");
+  ASSERT_EQ(cell.events.back().data["status"], "completed") << cell.body;
+  ASSERT_EQ(of_type(cell.events, "artifact").size(), 2u) << cell.body;
+
+  auto listed = through_b.get(fmt::format("/api/v1/conversations/{}/artifacts", id));
+  ASSERT_EQ(listed.status, 200) << listed.body;
+  std::map<std::string, std::string> url;
+  for (const auto& artifact : listed.json["artifacts"])
+    url[artifact["name"]] = artifact["url"];
+  ASSERT_EQ(url.size(), 2u) << listed.body;
+  ASSERT_TRUE(url.contains("bytes.png") && url.contains("sales.csv")) << listed.body;
+
+  std::string every_byte;  // NULs and bytes that are not UTF-8 among them
+  for (int copy = 0; copy < 300; ++copy) {
+    for (int value = 0; value < 256; ++value)
+      every_byte.push_back(static_cast<char>(value));
+  }
+  auto png = through_b.get(url["bytes.png"]);
+  ASSERT_EQ(png.status, 200) << png.body;
+  EXPECT_EQ(png.header("Content-Type"), "image/png");
+  EXPECT_EQ(png.body.size(), every_byte.size());
+  EXPECT_TRUE(png.body == every_byte) << "b served other bytes than the analysis wrote";
+  auto csv = through_b.get(url["sales.csv"] + "?download=1");
+  ASSERT_EQ(csv.status, 200) << csv.body;
+  EXPECT_EQ(csv.body, "region,amount\nnorth,3\nsouth,1\neast,2\n");
+  auto table = through_b.get(url["sales.csv"] + "/table?sort=amount&order=desc");
+  ASSERT_EQ(table.status, 200) << table.body;
+  EXPECT_EQ(table.json["total_rows"], 3);
+  EXPECT_EQ(table.json["columns"][1]["name"], "amount");
+  ASSERT_EQ(table.json["rows"].size(), 3u) << table.body;
+  EXPECT_EQ(table.json["rows"][0], nlohmann::json::parse(R"(["north", 3])"));
+  EXPECT_EQ(table.json["rows"][2], nlohmann::json::parse(R"(["south", 1])"));
+  // Kept by b in the layout every server uses, under its own state directory.
+  EXPECT_TRUE(std::filesystem::is_directory(b.state_dir() / "artifacts" / id));
+
+  // Once the conversation is deleted (through a), no server serves its artifacts.
+  EXPECT_EQ(through_a.del("/api/v1/conversations/" + id).status, 204);
+  EXPECT_EQ(through_b.get(url["bytes.png"]).status, 404);
+  EXPECT_EQ(through_a.get(url["bytes.png"]).status, 404);
 
   stop_all({&a, &b});
   for (const char* instance : {"multi-a", "multi-b"}) {

@@ -72,6 +72,7 @@ class PostgresBackend final : public testing::HistoryBackend {
     return text;
   }
   bool keeps_any_bytes() const override { return false; }
+  bool keeps_artifact_contents() const override { return true; }
 
   const std::string& url() const { return url_; }
 

@@ -237,6 +237,12 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"bad package", "sandbox:\n  packages: [polars, 'rm -rf /']\n",
        "sandbox.packages[1]: 'rm -rf /' is not a package requirement"},
       {"section not a map", "sandbox: 3\n", "sandbox: must be a mapping"},
+      {"artifact too large for postgres",
+       "sandbox:\n  artifacts: {max_file: 2GiB, max_step: 2GiB, max_conversation: 4GiB}\n"
+       "conversations: {store: postgres, url: 'postgresql://db/history'}\n",
+       "config.yml:2: sandbox.artifacts.max_file: 2 GiB is more than a PostgreSQL history keeps "
+       "of one artifact (1000 MiB, as PostgreSQL takes at most 1 GB in one value); lower it, "
+       "or use conversations.store: sqlite"},
       {"broken yaml", "sandbox:\n  resources: {cpus: 1\n", "config.yml:"},
       {"bad instance id", "conversations:\n  instance_id: 'a b'\n",
        "conversations.instance_id: 'a b' must be 1 to 63 letters"},

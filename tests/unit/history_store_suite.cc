@@ -5,6 +5,8 @@
 #include <atomic>
 #include <thread>
 
+#include "common/file_util.h"
+
 namespace quarry::conversation::testing {
 namespace {
 
@@ -84,8 +86,10 @@ TEST_P(HistoryStoreSuite, KeepsExecMetricsArtifactsAndReferencesAcrossReopen) {
     exec.result.run_ms = 1234.5;
     exec.result.message = "Killed: command ran out of memory.";
     ASSERT_TRUE(store->record_exec(id, exec));
-    ASSERT_TRUE(
-        store->record_artifact(id, {0, 1, "call_1", "outputs/chart.html", "html", 42, "/x", {}}));
+    const auto chart = files_ / "chart.html";
+    ASSERT_TRUE(write_file_atomic(chart, std::string(42, 'x')));
+    ASSERT_TRUE(store->record_artifact(
+        id, {0, 1, "call_1", "outputs/chart.html", "html", 42, chart.string(), {}}));
     SandboxReference reference;
     reference.state = "idle";
     reference.sandbox_id = "sb";
@@ -220,6 +224,61 @@ TEST_P(HistoryStoreSuite, StreamEventsResumeAfterAnyEventAndDeletingRemovesEvery
   EXPECT_TRUE(store->execs(id)->empty());
   EXPECT_EQ(store->stream_events(other, 0, 0)->size(), 1u);  // the other one is untouched
   EXPECT_EQ(store->delete_conversation(id).error().code, ErrorCode::kNotFound);
+}
+
+// A history several servers share keeps each artifact's bytes, so a server that did not
+// collect it (another store, another directory) restores the very file; deleting the
+// conversation removes them. A history of one server keeps only the record.
+TEST_P(HistoryStoreSuite, AnArtifactsBytesAreRestoredExactlyWhenTheStoreKeepsThem) {
+  std::string content;  // every byte value, NULs among them, and more than one page of them
+  for (int i = 0; i < 70000; ++i)
+    content.push_back(static_cast<char>((i * 7) % 256));
+  content += std::string("\0\0end\0", 7);
+  const auto collected = files_ / "a" / "result.parquet";
+  std::filesystem::create_directories(collected.parent_path());
+  ASSERT_TRUE(write_file_atomic(collected, content));
+  int64_t artifact_id = 0;
+  std::string id;
+  {
+    auto store = open();
+    id = store->create_conversation("c")->id;
+    auto recorded = store->record_artifact(
+        id, {0, 1, "call_1", "result.parquet", "parquet", content.size(), collected.string(), {}});
+    ASSERT_TRUE(recorded) << recorded.error().message;
+    artifact_id = recorded->id;
+  }
+  std::filesystem::remove(collected);  // the collecting server's file is not where B looks
+
+  auto store = open();
+  const auto restored_to = files_ / "b" / "artifacts" / id / "1" / "call_1" / "result.parquet";
+  auto restored = store->restore_artifact(artifact_id, restored_to);
+  ASSERT_TRUE(restored) << restored.error().message;
+  if (!backend_->keeps_artifact_contents()) {
+    EXPECT_FALSE(*restored);
+    EXPECT_FALSE(std::filesystem::exists(files_ / "b"));
+    return;
+  }
+  ASSERT_TRUE(*restored);
+  auto read = read_file(restored_to);
+  ASSERT_TRUE(read) << read.error().message;
+  EXPECT_EQ(read->size(), content.size());
+  EXPECT_TRUE(*read == content) << "the restored bytes differ from the collected ones";
+  using std::filesystem::perms;
+  EXPECT_EQ(std::filesystem::status(restored_to).permissions() & perms::all,
+            perms::owner_read | perms::owner_write);
+  EXPECT_EQ(std::filesystem::status(restored_to.parent_path()).permissions() & perms::all,
+            perms::owner_all);
+  // Restored again over the first copy: still whole, nothing left beside it.
+  ASSERT_TRUE(*store->restore_artifact(artifact_id, restored_to));
+  EXPECT_TRUE(*read_file(restored_to) == content);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(restored_to.parent_path()),
+                          std::filesystem::directory_iterator()),
+            1);
+
+  ASSERT_TRUE(store->delete_conversation(id));
+  auto after_delete = store->restore_artifact(artifact_id, files_ / "c" / "result.parquet");
+  ASSERT_TRUE(after_delete) << after_delete.error().message;
+  EXPECT_FALSE(*after_delete);
 }
 
 TEST_P(HistoryStoreSuite, ExecsAcrossConversationsWithTheirTotals) {

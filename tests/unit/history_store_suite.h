@@ -5,7 +5,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,6 +29,8 @@ class HistoryBackend {
   virtual std::string fingerprint() = 0;
   // SQLite keeps any bytes; PostgreSQL text keeps valid UTF-8 without NUL (U+FFFD in place).
   virtual bool keeps_any_bytes() const = 0;
+  // PostgreSQL, shared by several servers, keeps artifacts' bytes; SQLite only their records.
+  virtual bool keeps_artifact_contents() const = 0;
 };
 
 struct HistoryBackendFactory {
@@ -40,8 +44,18 @@ struct HistoryBackendFactory {
 
 class HistoryStoreSuite : public ::testing::TestWithParam<HistoryBackendFactory> {
  protected:
-  void SetUp() override { backend_ = GetParam().make(); }
-  void TearDown() override { backend_.reset(); }
+  void SetUp() override {
+    backend_ = GetParam().make();
+    static int counter = 0;
+    files_ = std::filesystem::temp_directory_path() /
+             fmt::format("quarry-history-files-{}-{}", ::getpid(), counter++);
+    std::filesystem::remove_all(files_);
+    std::filesystem::create_directories(files_);
+  }
+  void TearDown() override {
+    backend_.reset();
+    std::filesystem::remove_all(files_);
+  }
 
   std::unique_ptr<HistoryStore> open() {
     auto store = backend_->open(clock_);
@@ -51,6 +65,7 @@ class HistoryStoreSuite : public ::testing::TestWithParam<HistoryBackendFactory>
 
   std::unique_ptr<HistoryBackend> backend_;
   ManualClock clock_;
+  std::filesystem::path files_;  // a directory of the test's own, for artifacts' files
 };
 
 // For INSTANTIATE_TEST_SUITE_P's name generator.

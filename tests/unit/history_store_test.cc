@@ -41,6 +41,7 @@ class SqliteBackend final : public testing::HistoryBackend {
   }
   std::string fingerprint() override { return sha256_hex(*read_file(dir_ / "history.db")); }
   bool keeps_any_bytes() const override { return true; }
+  bool keeps_artifact_contents() const override { return false; }
 
  private:
   std::filesystem::path dir_;
