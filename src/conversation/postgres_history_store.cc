@@ -1151,31 +1151,44 @@ Result<bool> PostgresHistoryStore::claim(std::string_view boot_id,
   return Row(result.get(), 0).integer(0) > 0;
 }
 
-Result<bool> PostgresHistoryStore::take_place(const capacity::Place& place,
-                                              const capacity::PlaceLimits& limits) {
-  ASSIGN_OR_RETURN(auto lease, connections_->take(true));
-  auto fail = [](Error error) {
-    return std::unexpected(history_error(std::move(error), "taking a sandbox's place"));
-  };
+namespace {
+
+// Runs one statement in a transaction after the places' advisory lock, so it counts every place
+// taken by the servers that took the lock before it (each statement of a transaction sees what
+// committed before the statement began); the rows it changed.
+Result<int64_t> change_places(PostgresConnections& connections, std::string_view what,
+                              std::string_view sql, std::initializer_list<Param> params) {
+  ASSIGN_OR_RETURN(auto lease, connections.take(true));
+  auto fail = [&](Error error) { return std::unexpected(history_error(std::move(error), what)); };
   Transaction transaction(lease);
   if (auto begun = transaction.begin(); !begun) return fail(begun.error());
-  // Each statement of the transaction sees what committed before it began, so after the lock
-  // the INSERT counts every place taken by the servers that took the lock earlier.
   if (auto locked = lease->exec("SELECT pg_advisory_xact_lock($1)", {number(kPlacesLockKey)});
       !locked) {
     return fail(locked.error());
   }
-  auto inserted = lease->exec(
-      fmt::format("INSERT INTO sandbox_places (key, server, user_name, account, taken_at) "
-                  "SELECT $1, $2, $3, $4, {} WHERE (SELECT count(*) FROM sandbox_places) < $5 "
-                  "AND ($3 = '' OR (SELECT count(*) FROM sandbox_places WHERE user_name = $3) < "
-                  "$6) AND (SELECT count(*) FROM sandbox_places WHERE account = $4) < $7",
-                  kNowMs),
-      {text(place.key), text(place.server), text(place.user), text(place.account),
-       number(limits.max_sandboxes), number(limits.max_per_user), number(limits.account_max)});
-  if (!inserted) return fail(inserted.error());
+  auto done = lease->exec(sql, std::span(params.begin(), params.size()));
+  if (!done) return fail(done.error());
   if (auto committed = transaction.commit(); !committed) return fail(committed.error());
-  return changed(*inserted) > 0;
+  return changed(*done);
+}
+
+}  // namespace
+
+Result<bool> PostgresHistoryStore::take_place(const capacity::Place& place,
+                                              const capacity::PlaceLimits& limits) {
+  ASSIGN_OR_RETURN(
+      auto taken,
+      change_places(
+          *connections_, "taking a sandbox's place",
+          fmt::format("INSERT INTO sandbox_places (key, server, user_name, account, taken_at) "
+                      "SELECT $1, $2, $3, $4, {} WHERE (SELECT count(*) FROM sandbox_places) < "
+                      "$5 AND ($3 = '' OR (SELECT count(*) FROM sandbox_places WHERE user_name = "
+                      "$3) < $6) AND (SELECT count(*) FROM sandbox_places WHERE account = $4) < "
+                      "$7",
+                      kNowMs),
+          {text(place.key), text(place.server), text(place.user), text(place.account),
+           number(limits.max_sandboxes), number(limits.max_per_user), number(limits.account_max)}));
+  return taken > 0;
 }
 
 Result<void> PostgresHistoryStore::keep_place(const capacity::Place& place) {
@@ -1191,23 +1204,12 @@ Result<void> PostgresHistoryStore::keep_place(const capacity::Place& place) {
 
 Result<bool> PostgresHistoryStore::assign_place(std::string_view key, std::string_view user,
                                                 int max_per_user) {
-  ASSIGN_OR_RETURN(auto lease, connections_->take(true));
-  auto fail = [](Error error) {
-    return std::unexpected(history_error(std::move(error), "handing out a warm sandbox's place"));
-  };
-  Transaction transaction(lease);
-  if (auto begun = transaction.begin(); !begun) return fail(begun.error());
-  if (auto locked = lease->exec("SELECT pg_advisory_xact_lock($1)", {number(kPlacesLockKey)});
-      !locked) {
-    return fail(locked.error());
-  }
-  auto updated = lease->exec(
-      "UPDATE sandbox_places SET user_name = $2 WHERE key = $1 AND (SELECT count(*) FROM "
-      "sandbox_places WHERE user_name = $2) < $3",
-      {text(key), text(user), number(max_per_user)});
-  if (!updated) return fail(updated.error());
-  if (auto committed = transaction.commit(); !committed) return fail(committed.error());
-  return changed(*updated) > 0;
+  ASSIGN_OR_RETURN(auto assigned,
+                   change_places(*connections_, "handing out a warm sandbox's place",
+                                 "UPDATE sandbox_places SET user_name = $2 WHERE key = $1 AND "
+                                 "(SELECT count(*) FROM sandbox_places WHERE user_name = $2) < $3",
+                                 {text(key), text(user), number(max_per_user)}));
+  return assigned > 0;
 }
 
 Result<void> PostgresHistoryStore::free_place(std::string_view key) {
