@@ -412,13 +412,13 @@ Error Scheduler::timed_out(const std::string& user) const {
                              "has ended",
                              options_.max_per_user, format_duration(options_.queue_timeout))};
   }
-  return Error{ErrorCode::kResourceExhausted,
-               fmt::format("the system is busy: all {} sandboxes (capacity.max_sandboxes) stayed "
-                           "in use{} while this turn waited {} (capacity.queue_timeout); try "
-                           "again in about {} s",
-                           options_.max_sandboxes,
-                           shared_ ? " on the servers sharing this history" : "",
-                           format_duration(options_.queue_timeout), retry_after().count())};
+  return Error{
+      ErrorCode::kResourceExhausted,
+      fmt::format("the system is busy: all {} sandboxes (capacity.max_sandboxes) stayed "
+                  "in use{} while this turn waited {} (capacity.queue_timeout); try "
+                  "again in about {} s",
+                  options_.max_sandboxes, shared_ ? " on the servers sharing this history" : "",
+                  format_duration(options_.queue_timeout), retry_after().count())};
 }
 
 Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
