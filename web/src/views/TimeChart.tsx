@@ -14,6 +14,20 @@ export interface Series {
   mark?: boolean;  // large points where it has a value (OOM kills)
 }
 
+// Tick labels with as many decimals as the step between ticks needs (0.0003 s, not 0).
+function tickValues(_chart: uPlot, splits: number[]): string[] {
+  const step = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 0;
+  let decimals = 0;
+  while (decimals < 6 && Math.abs(step * 10 ** decimals - Math.round(step * 10 ** decimals)) > 1e-9) decimals++;
+  return splits.map((split) => split.toFixed(decimals));
+}
+
+// Room for the longest tick label (uPlot's default, 50 px, cuts "0.0004").
+function tickSize(_chart: uPlot, values: string[] | null): number {
+  const longest = Math.max(0, ...(values ?? []).map((value) => value.length));
+  return Math.max(50, longest * 8 + 18);
+}
+
 export function TimeChart({ title, execs, series }: { title: string; execs: Exec[]; series: Series[] }) {
   const element = useRef<HTMLDivElement>(null);
   useEffect(() => {
@@ -30,6 +44,9 @@ export function TimeChart({ title, execs, series }: { title: string; execs: Exec
       x: {
         time: true,
         range: (_chart, min, max) => {
+          // Steps all at one moment: a minute around it (uPlot would show a day from it).
+          const times = data[0];
+          if (times.length > 0 && times[0] === times[times.length - 1]) return [times[0] - 30, times[0] + 30];
           const pad = Math.max((max - min) * 0.05, 30);
           return [min - pad, max + pad];
         },
@@ -49,8 +66,10 @@ export function TimeChart({ title, execs, series }: { title: string; execs: Exec
           values: (_chart: uPlot, splits: number[]) =>
             splits.map((split) => new Date(split * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })),
         },
-        { scale: "y" },
-        ...(secondScale ? [{ scale: secondScale, side: 1 as const, grid: { show: false } }] : []),
+        { scale: "y", values: tickValues, size: tickSize },
+        ...(secondScale
+          ? [{ scale: secondScale, side: 1 as const, grid: { show: false }, values: tickValues, size: tickSize }]
+          : []),
       ],
       series: [
         {},
