@@ -154,15 +154,16 @@ Result<Record> Sandboxes::start(std::string_view owner, std::string_view id_or_n
   return record;
 }
 
+void Sandboxes::kill_commands(const std::string& id) {
+  // kNotFound: deleted meanwhile, nothing left to end.
+  if (auto ended = provider_.stop_commands(id);
+      !ended && ended.error().code != ErrorCode::kNotFound) {
+    spdlog::warn("ending the commands of stopped sandbox {} failed: {}", id, ended.error().message);
+  }
+}
+
 void Sandboxes::end_commands(const std::string& id) {
-  auto end = [&] {
-    if (auto ended = provider_.stop_commands(id);
-        !ended && ended.error().code != ErrorCode::kNotFound) {
-      spdlog::warn("ending the commands of stopped sandbox {} failed: {}", id,
-                   ended.error().message);
-    }
-  };
-  end();
+  kill_commands(id);
   {
     std::unique_lock lock(mutex_);
     released_.wait(lock, [&] {
@@ -170,7 +171,7 @@ void Sandboxes::end_commands(const std::string& id) {
       return found == records_.end() || found->second.in_use == 0;
     });
   }
-  end();
+  kill_commands(id);
 }
 
 Result<Record> Sandboxes::use(std::string_view owner, std::string_view id) {
@@ -235,13 +236,9 @@ void Sandboxes::reap(std::chrono::system_clock::time_point now) {
       }
     }
   }
-  for (const auto& record : stopped) {
-    // Nothing was in use: only what its commands left running in the background.
-    if (auto ended = provider_.stop_commands(record.id); !ended) {
-      spdlog::warn("ending the commands of stopped sandbox {} failed: {}", record.id,
-                   ended.error().message);
-    }
-  }
+  // Nothing was in use: only what their commands left running in the background.
+  for (const auto& record : stopped)
+    kill_commands(record.id);
   for (const auto& record : expired) {
     auto destroyed = scheduler_.destroy(record.id);
     if (destroyed) {

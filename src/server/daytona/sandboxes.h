@@ -99,6 +99,8 @@ class Sandboxes {
   // Ends the commands of a sandbox just marked stopped: those running now, then, once no
   // toolbox call is in flight (none can begin any more), any such a call started meanwhile.
   void end_commands(const std::string& id);
+  // Kills the commands running in a sandbox now (a failure is logged: the stop stands).
+  void kill_commands(const std::string& id);
   void reap_loop(std::chrono::milliseconds interval);
 
   capacity::Scheduler& scheduler_;
