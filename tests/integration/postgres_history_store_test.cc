@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "conversation/open_history_store.h"
@@ -118,26 +119,37 @@ class PostgresHistoryTest : public ::testing::Test {
   ManualClock clock_;
 };
 
+// `servers` threads at once, each with a store of its own on `url`, each doing `work` with its
+// number; the error of each (empty when it did all of it).
+std::vector<std::string> at_once(
+    const std::string& url, int servers,
+    const std::function<Result<void>(PostgresHistoryStore&, int)>& work) {
+  std::vector<std::string> errors(static_cast<size_t>(servers));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < servers; ++i) {
+    threads.emplace_back([&, i] {
+      ManualClock clock;
+      auto store = PostgresHistoryStore::open(url, clock);
+      auto done = store ? work(**store, i) : Result<void>(std::unexpected(store.error()));
+      if (!done) errors[static_cast<size_t>(i)] = done.error().message;
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  return errors;
+}
+
 // Servers starting at once on a new database: one of them creates the schema, the others wait
 // for it and find it made.
 TEST_F(PostgresHistoryTest, ServersStartingAtOnceMigrateOnce) {
   constexpr int kServers = 6;
-  std::vector<std::thread> servers;
   std::atomic<int> opened = 0;
-  std::vector<std::string> errors(kServers);
-  for (int i = 0; i < kServers; ++i) {
-    servers.emplace_back([&, i] {
-      ManualClock clock;
-      auto store = PostgresHistoryStore::open(backend_.url(), clock);
-      if (!store) {
-        errors[static_cast<size_t>(i)] = store.error().message;
-        return;
-      }
-      if ((*store)->create_conversation(fmt::format("server {}", i))) ++opened;
-    });
-  }
-  for (auto& server : servers)
-    server.join();
+  const auto errors =
+      at_once(backend_.url(), kServers, [&](PostgresHistoryStore& store, int i) -> Result<void> {
+        RETURN_IF_ERROR(store.create_conversation(fmt::format("server {}", i)));
+        ++opened;
+        return {};
+      });
   for (const auto& error : errors)
     EXPECT_EQ(error, "");
   EXPECT_EQ(opened, kServers);
@@ -156,33 +168,20 @@ TEST_F(PostgresHistoryTest, SandboxPlacesHoldTheLimitsAcrossServersTakingAtOnce)
   constexpr int kServers = 6, kTries = 4;
   const capacity::PlaceLimits limits{5, 3, 8};
   std::atomic<int> taken = 0, alices = 0;
-  std::vector<std::string> errors(kServers);
-  std::vector<std::thread> servers;
-  for (int i = 0; i < kServers; ++i) {
-    servers.emplace_back([&, i] {
-      ManualClock clock;
-      auto store = PostgresHistoryStore::open(backend_.url(), clock);
-      if (!store) {
-        errors[static_cast<size_t>(i)] = store.error().message;
-        return;
-      }
-      for (int n = 0; n < kTries; ++n) {
-        const std::string user = n % 2 == 0 ? "alice" : "bob";
-        auto took = (*store)->take_place(
-            {fmt::format("s{}/{}", i, n), fmt::format("s{}", i), user, "local"}, limits);
-        if (!took) {
-          errors[static_cast<size_t>(i)] = took.error().message;
-          return;
+  const auto errors =
+      at_once(backend_.url(), kServers, [&](PostgresHistoryStore& store, int i) -> Result<void> {
+        for (int n = 0; n < kTries; ++n) {
+          const std::string user = n % 2 == 0 ? "alice" : "bob";
+          ASSIGN_OR_RETURN(bool took, store.take_place({fmt::format("s{}/{}", i, n),
+                                                        fmt::format("s{}", i), user, "local"},
+                                                       limits));
+          if (took) {
+            ++taken;
+            if (user == "alice") ++alices;
+          }
         }
-        if (*took) {
-          ++taken;
-          if (user == "alice") ++alices;
-        }
-      }
-    });
-  }
-  for (auto& server : servers)
-    server.join();
+        return {};
+      });
   for (const auto& error : errors)
     EXPECT_EQ(error, "");
   EXPECT_EQ(taken, 5);  // of 24 tries
