@@ -274,16 +274,23 @@ Result<void> remove_tree(const std::filesystem::path& directory) {
   // rmdir fails with EBUSY while exiting processes are still being released from the cgroup:
   // microseconds to a few milliseconds after SIGKILL on a quiet host, seconds when a killed
   // process waits in the filesystem (a btrfs commit with quotas, on a loaded host) before it
-  // can die. Waits up to 30 s, then says what is still in it.
+  // can die. It also fails for a process that joined after the caller's kill: a command whose
+  // start raced with its stop joins its cgroups only once init has forked it. Whatever is in
+  // a cgroup being removed is killed, on every try. Waits up to 30 s, then says what is still
+  // in it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (int attempt = 0;; ++attempt) {
     if (::rmdir(directory.c_str()) == 0 || errno == ENOENT) return {};
-    if (errno != EBUSY || std::chrono::steady_clock::now() > deadline) {
-      const int error_number = errno;
-      auto procs = read_procs(directory / "cgroup.procs");
+    const int error_number = errno;
+    auto procs = read_procs(directory / "cgroup.procs");
+    if (error_number != EBUSY || std::chrono::steady_clock::now() > deadline) {
       return make_error(ErrorCode::kInternal, "rmdir '{}': {} (processes in it: {})",
                         directory.string(), std::strerror(error_number),
                         procs ? fmt::format("{}", fmt::join(*procs, " ")) : procs.error().message);
+    }
+    if (procs) {
+      for (pid_t pid : *procs)
+        ::kill(pid, SIGKILL);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100 + 50 * std::min(attempt, 100)));
   }

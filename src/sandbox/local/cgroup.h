@@ -176,7 +176,7 @@ Result<void> kill_all(const std::filesystem::path& procs_file);
 // sandbox.
 std::vector<std::string> exec_children(const std::filesystem::path& directory);
 // rmdir of a cgroup directory and its children, deepest first; retries while the kernel is
-// still releasing exiting processes. Missing is fine.
+// still releasing exiting processes, killing any that joined since. Missing is fine.
 Result<void> remove_tree(const std::filesystem::path& directory);
 // Writes `value` to every file of `directory` named <prefix><anything><suffix>: one per huge
 // page size, e.g. hugetlb.2MB.max.
