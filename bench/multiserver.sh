@@ -44,6 +44,10 @@ conversations:
   store: postgres                      # quarry's private PostgreSQL: database quarry_history
 model:
   api_key_env: QUARRY_BENCH_NO_MODEL   # no model: questions are refused, cells run
+capacity:
+  # Every client is the one local user: a sandbox for each of its conversations, or turns
+  # measure evictions and cold starts (per-user limit 4) instead of turns.
+  max_per_user: $conversations
 YAML
 }
 write_config bench-1
