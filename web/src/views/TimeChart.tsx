@@ -58,6 +58,8 @@ export function TimeChart({ title, execs, series }: { title: string; execs: Exec
       title,
       width: Math.max(280, container.clientWidth),
       height: 220,
+      // Room on the right for half of the last time label when no axis is there to give it.
+      padding: [null, secondScale ? null : 40, null, null],
       scales,
       axes: [
         // Clock times, one line each (uPlot's default adds a date line whose labels collide).
