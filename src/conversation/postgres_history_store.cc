@@ -1136,19 +1136,28 @@ Result<std::vector<ServerRecord>> PostgresHistoryStore::servers() {
   });
 }
 
-Result<bool> PostgresHistoryStore::claim(std::string_view boot_id,
-                                         std::chrono::milliseconds timeout) {
-  // One DELETE: of servers claiming at once, only the one whose DELETE removed the row sees it.
-  // Its sandboxes' places go with it (the claimer destroys the sandboxes next).
+Result<std::optional<TakeOver>> PostgresHistoryStore::claim(std::string_view boot_id,
+                                                            std::chrono::milliseconds timeout) {
+  // One UPDATE: of servers claiming at once, only the first finds the heartbeat still old; the
+  // others see the one it wrote.
   ASSIGN_OR_RETURN(
       auto result,
       run(*connections_, "taking over a silent server",
-          fmt::format("WITH gone AS (DELETE FROM servers WHERE boot_id = $1 AND heartbeat_at < "
-                      "{} - $2 RETURNING boot_id), freed AS (DELETE FROM sandbox_places WHERE "
-                      "server IN (SELECT boot_id FROM gone)) SELECT count(*) FROM gone",
+          fmt::format("UPDATE servers SET heartbeat_at = {0} WHERE boot_id = $1 AND heartbeat_at "
+                      "< {0} - $2 RETURNING heartbeat_at",
                       kNowMs),
           {text(boot_id), number(timeout.count())}));
-  return Row(result.get(), 0).integer(0) > 0;
+  if (PQntuples(result.get()) == 0) return std::nullopt;
+  return TakeOver{std::string(boot_id), Row(result.get(), 0).integer(0)};
+}
+
+Result<void> PostgresHistoryStore::taken_over(const TakeOver& claim) {
+  RETURN_IF_ERROR(run(*connections_, "removing the record of a server taken over",
+                      "WITH gone AS (DELETE FROM servers WHERE boot_id = $1 AND heartbeat_at = $2 "
+                      "RETURNING boot_id) DELETE FROM sandbox_places WHERE server IN (SELECT "
+                      "boot_id FROM gone)",
+                      {text(claim.boot_id), number(claim.stamp)}));
+  return {};
 }
 
 namespace {

@@ -111,13 +111,15 @@ class PostgresHistoryStore final : public HistoryStore,
   Result<bool> beat(std::string_view boot_id) override;
   Result<void> leave(std::string_view boot_id) override;
   Result<std::vector<ServerRecord>> servers() override;
-  Result<bool> claim(std::string_view boot_id, std::chrono::milliseconds timeout) override;
+  Result<std::optional<TakeOver>> claim(std::string_view boot_id,
+                                        std::chrono::milliseconds timeout) override;
+  Result<void> taken_over(const TakeOver& claim) override;
   Result<void> request_cancel(std::string_view conversation_id, int turn) override;
   Result<std::unique_ptr<Subscription>> listen(StreamEventListener on_event,
                                                CancelListener on_cancel) override;
 
   capacity::SharedPlaces* places() override { return this; }
-  // A server's places go with its record: when it leaves, and when a live server claims it.
+  // A server's places go with its record: when it leaves, and when a live server took it over.
   Result<bool> take_place(const capacity::Place& place,
                           const capacity::PlaceLimits& limits) override;
   Result<void> keep_place(const capacity::Place& place) override;

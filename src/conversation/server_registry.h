@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,13 @@ struct ServerRecord {
   // How long ago its heartbeat was, by the registry's clock (the database's), so servers whose
   // clocks disagree still agree on who is silent.
   std::chrono::milliseconds silent_for{0};
+};
+
+// A live server's claim on a silent one, to take it over: `stamp` is the heartbeat the claim
+// wrote in the silent server's record.
+struct TakeOver {
+  std::string boot_id;
+  int64_t stamp = 0;
 };
 
 // Called with (conversation id, turn, seq) of each stream event recorded by any server
@@ -52,9 +60,17 @@ class ServerRegistry {
   // A normal shutdown: removes its record.
   virtual Result<void> leave(std::string_view boot_id) = 0;
   virtual Result<std::vector<ServerRecord>> servers() = 0;
-  // Removes the record of a server silent for longer than `timeout`, and says whether this call
-  // did: of servers claiming one dead server at once, exactly one gets true and takes it over.
-  virtual Result<bool> claim(std::string_view boot_id, std::chrono::milliseconds timeout) = 0;
+  // Claims a server silent for longer than `timeout` for taking it over: of servers claiming it
+  // at once, exactly one gets the claim (the others nullopt). The claim is written as the
+  // silent server's heartbeat, so its record stays until `taken_over`: should the claimer die
+  // half way, the server is silent again `timeout` later and a live server claims it anew,
+  // finishing what was cut short.
+  virtual Result<std::optional<TakeOver>> claim(std::string_view boot_id,
+                                                std::chrono::milliseconds timeout) = 0;
+  // After its sandboxes and turns were dealt with: removes the claimed server's record and its
+  // sandboxes' places, unless its heartbeat changed since the claim (it was alive after all, or
+  // another claim came after this one's time ran out).
+  virtual Result<void> taken_over(const TakeOver& claim) = 0;
 
   // Asks whichever server runs turn `turn` of the conversation to cancel it (a server hears
   // only the cancels of its own turns; none when the turn has ended meanwhile).

@@ -81,8 +81,8 @@ Result<int> ServerHeartbeat::take_over_silent() {
   int taken = 0;
   for (const auto& server : servers) {
     if (server.boot_id == self_.boot_id || server.silent_for <= timeout_) continue;
-    ASSIGN_OR_RETURN(bool mine, registry_.claim(server.boot_id, timeout_));
-    if (!mine) continue;  // another live server is taking it over
+    ASSIGN_OR_RETURN(auto claim, registry_.claim(server.boot_id, timeout_));
+    if (!claim) continue;  // another live server is taking it over
     ++taken;
     ASSIGN_OR_RETURN(int destroyed, manager_.take_over(server.boot_id));
     // Its turn locks died with its connections; turns of live servers hold theirs and stay.
@@ -91,6 +91,7 @@ Result<int> ServerHeartbeat::take_over_silent() {
       RETURN_IF_ERROR(
           hub_.end_interrupted(conversation_id, turn, conversation::kInterruptedReason));
     }
+    RETURN_IF_ERROR(registry_.taken_over(*claim));
     spdlog::info(
         "took over server {} (instance {}, {}), silent for {} ms: destroyed {} of its "
         "sandboxes, {} turn{} recorded interrupted",

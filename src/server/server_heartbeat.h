@@ -3,7 +3,8 @@
 // most every 5 s), and takes over any server silent for longer than the timeout: destroys the
 // sandboxes of its run (found by their quarry.boot label) and records its running turns
 // interrupted, as a server starting up does for its own instance. Of the live servers, the one
-// whose claim removes the dead one's record does it, so it is done once.
+// whose claim succeeds does it, so it is done once; its record goes only when that is done, so
+// a takeover cut short (the claimer died) is claimed and finished by another.
 #pragma once
 
 #include <chrono>

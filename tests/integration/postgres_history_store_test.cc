@@ -163,7 +163,7 @@ TEST_F(PostgresHistoryTest, ServersStartingAtOnceMigrateOnce) {
 
 // Servers taking sandbox places at once, each with a store of its own: the limits hold over all
 // of them (never one place too many), a user's limit too, and a server's places go with it when
-// another claims it.
+// another took it over.
 TEST_F(PostgresHistoryTest, SandboxPlacesHoldTheLimitsAcrossServersTakingAtOnce) {
   constexpr int kServers = 6, kTries = 4;
   const capacity::PlaceLimits limits{5, 3, 8};
@@ -195,17 +195,62 @@ TEST_F(PostgresHistoryTest, SandboxPlacesHoldTheLimitsAcrossServersTakingAtOnce)
   ASSERT_TRUE(everyone) << everyone.error().message;
   EXPECT_EQ(everyone->total, 5);
   EXPECT_EQ(everyone->by_account["local"], 5);
-  // A server claimed for dead loses its places with its record; a full server is refused.
+  // A server taken over loses its places with its record, once that is done; a full server is
+  // refused.
   const std::string holder =
       query_text(backend_.url(), "SELECT server FROM sandbox_places LIMIT 1");
   const std::string server = holder.substr(0, holder.find('|'));
   ASSERT_TRUE((*store)->enter({server, "x", "http://127.0.0.1:1", {}, {}, {}}));
   EXPECT_FALSE(*(*store)->take_place({"late/1", "late", "carol", "local"}, limits));
-  ASSERT_TRUE(*(*store)->claim(server, std::chrono::milliseconds(-1000)));
+  auto claim = (*store)->claim(server, std::chrono::milliseconds(-1000));
+  ASSERT_TRUE(claim && *claim);
+  EXPECT_FALSE(*(*store)->take_place({"late/1", "late", "carol", "local"}, limits));
+  ASSERT_TRUE((*store)->taken_over(**claim));
   auto after = (*store)->places_elsewhere("nobody");
   ASSERT_TRUE(after);
   EXPECT_LT(after->total, 5);
   EXPECT_TRUE(*(*store)->take_place({"late/1", "late", "carol", "local"}, limits));
+}
+
+// Taking over a silent server: one claim of those at once wins; the record stays until the
+// takeover is done, so one cut short (its claimer died) is claimed again once silent as long;
+// a server that beat after the claim (alive after all) keeps its record.
+TEST_F(PostgresHistoryTest, ATakeoverCutShortIsClaimedAgainAndAliveServersKeepTheirRecord) {
+  using std::chrono::milliseconds;
+  constexpr milliseconds kTimeout(1000);
+  auto store = open();
+  ASSERT_TRUE(store->enter({"dead", "a", "http://127.0.0.1:1", {}, {}, {}}));
+  ASSERT_TRUE(store->enter({"slow", "b", "http://127.0.0.1:2", {}, {}, {}}));
+  std::this_thread::sleep_for(milliseconds(1100));
+  std::atomic<int> claims = 0;
+  const auto errors =
+      at_once(backend_.url(), 4, [&](PostgresHistoryStore& other, int) -> Result<void> {
+        ASSIGN_OR_RETURN(auto claim, other.claim("dead", kTimeout));
+        claims += claim.has_value();
+        return {};
+      });
+  for (const auto& error : errors)
+    EXPECT_EQ(error, "");
+  EXPECT_EQ(claims, 1);
+  // The claim counts as its heartbeat: not claimable again at once, and still listed.
+  auto again = store->claim("dead", kTimeout);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_FALSE(*again);
+  EXPECT_NE(query_text(backend_.url(), "SELECT boot_id FROM servers WHERE boot_id = 'dead'"), "");
+  // Its claimer died without `taken_over`: once silent again, the next claim gets it and ends it.
+  std::this_thread::sleep_for(milliseconds(1100));
+  auto anew = store->claim("dead", kTimeout);
+  ASSERT_TRUE(anew && *anew);
+  ASSERT_TRUE(store->taken_over(**anew));
+  EXPECT_EQ(query_text(backend_.url(), "SELECT boot_id FROM servers WHERE boot_id = 'dead'"), "");
+  // Claimed while alive: its next beat succeeds, and the takeover leaves its record.
+  auto slow = store->claim("slow", kTimeout);
+  ASSERT_TRUE(slow && *slow);
+  std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_TRUE(*store->beat("slow"));
+  ASSERT_TRUE(store->taken_over(**slow));
+  EXPECT_EQ(query_text(backend_.url(), "SELECT boot_id FROM servers WHERE boot_id = 'slow'"),
+            "slow|\n");
 }
 
 // pg_terminate_backend of the lock's session is what PostgreSQL sees when a server dies: the
