@@ -91,12 +91,12 @@ Result<int> ServerHeartbeat::take_over_silent() {
       RETURN_IF_ERROR(
           hub_.end_interrupted(conversation_id, turn, conversation::kInterruptedReason));
     }
-    RETURN_IF_ERROR(registry_.taken_over(*claim));
     spdlog::info(
         "took over server {} (instance {}, {}), silent for {} ms: destroyed {} of its "
         "sandboxes, {} turn{} recorded interrupted",
         server.boot_id, server.instance_id, server.url, server.silent_for.count(), destroyed,
         interrupted.size(), interrupted.size() == 1 ? "" : "s");
+    RETURN_IF_ERROR(registry_.taken_over(*claim));
   }
   return taken;
 }
