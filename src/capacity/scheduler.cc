@@ -23,6 +23,8 @@ constexpr auto kPositionInterval = std::chrono::seconds(1);
 // How stale a waiter's view of the other servers' places may be: a place freed elsewhere is
 // seen within it.
 constexpr auto kElsewhereInterval = std::chrono::milliseconds(500);
+// How often a waiter asks the other servers for room.
+constexpr auto kAskInterval = std::chrono::seconds(1);
 
 double ms(SteadyClock::duration duration) {
   return std::chrono::duration<double, std::milli>(duration).count();
@@ -125,14 +127,17 @@ std::vector<const Scheduler::Waiter*> Scheduler::order() const {
 }
 
 Scheduler::LeaseMap::iterator Scheduler::eviction_for(const Waiter& waiter) {
-  const bool own = !user_has_room(waiter.user);
+  return least_recently_idle(user_has_room(waiter.user) ? nullptr : &waiter.user);
+}
+
+Scheduler::LeaseMap::iterator Scheduler::least_recently_idle(const std::string* user) {
   const auto now = SteadyClock::now();
   auto victim = leases_.end();
   for (auto it = leases_.begin(); it != leases_.end(); ++it) {
     const Lease& lease = it->second;
     if (lease.use != Use::kIdle || lease.conversation_id.empty() || lease.skip_until > now)
       continue;
-    if (own && lease.user != waiter.user) continue;
+    if (user && lease.user != *user) continue;
     if (victim == leases_.end() || lease.idle_since < victim->second.idle_since) victim = it;
   }
   return victim;
@@ -358,6 +363,7 @@ Result<void> Scheduler::wait_turn(Lock& lock, const Request& request, uint64_t m
       continue;  // things may have moved meanwhile
     }
     if (evict_for(lock, ordered, me)) continue;  // look again before waiting
+    if (ask_elsewhere_for(lock, ordered, me)) continue;
     if (SteadyClock::now() >= deadline) {
       ++timeouts_;
       return std::unexpected(timed_out(request.user));
@@ -380,15 +386,20 @@ bool Scheduler::evict_for(Lock& lock, const std::vector<const Waiter*>& ordered,
     return !grantable(*waiter) && eviction_for(*waiter) != leases_.end();
   });
   if (helped == ordered.end() || (*helped)->seq != me) return false;
-  const Lease& victim = eviction_for(**helped)->second;
-  const std::string conversation = victim.conversation_id;
-  const std::string sandbox_id = victim.sandbox_id;
+  evict(lock, eviction_for(**helped));
+  return true;
+}
+
+bool Scheduler::evict(Lock& lock, LeaseMap::iterator victim) {
+  const std::string conversation = victim->second.conversation_id;
+  const std::string sandbox_id = victim->second.sandbox_id;
   evicting_ = true;
   lock.unlock();
   auto evicted = evict_(conversation, sandbox_id);
   lock.lock();
   evicting_ = false;
-  if (evicted && *evicted) {
+  const bool done = evicted && *evicted;
+  if (done) {
     ++evictions_;
   } else {
     if (!evicted) {
@@ -400,7 +411,41 @@ bool Scheduler::evict_for(Lock& lock, const std::vector<const Waiter*>& ordered,
     }
   }
   changed_.notify_all();
+  return done;
+}
+
+bool Scheduler::ask_elsewhere_for(Lock& lock, const std::vector<const Waiter*>& ordered,
+                                  uint64_t me) {
+  if (!shared_ || !ask_elsewhere_ || ordered.empty() || ordered.front()->seq != me) return false;
+  const auto now = SteadyClock::now();
+  const Waiter& waiter = *ordered.front();
+  if (now - asked_elsewhere_ < kAskInterval || grantable(waiter) ||
+      eviction_for(waiter) != leases_.end()) {
+    return false;
+  }
+  // Only what the others hold can make room: the user's own, when that limit is the one reached.
+  const bool own = !user_has_room(waiter.user);
+  const auto theirs = elsewhere_.by_user.find(waiter.user);
+  if (own ? theirs == elsewhere_.by_user.end() || theirs->second == 0 : elsewhere_.total == 0) {
+    return false;
+  }
+  asked_elsewhere_ = now;
+  const std::string user = own ? waiter.user : "";
+  const AskElsewhere ask = ask_elsewhere_;
+  lock.unlock();
+  ask(user);
+  lock.lock();
+  // Look at their places again soon: a place freed there is taken here.
+  looked_elsewhere_ = now - kElsewhereInterval + kWaitSlice;
   return true;
+}
+
+bool Scheduler::evict_for_elsewhere(const std::string& user) {
+  Lock lock(mutex_);
+  if (!evict_ || evicting_ || stopping_) return false;
+  auto victim = least_recently_idle(user.empty() ? nullptr : &user);
+  if (victim == leases_.end()) return false;
+  return evict(lock, victim);
 }
 
 Error Scheduler::timed_out(const std::string& user) const {
@@ -637,10 +682,11 @@ void Scheduler::pool_loop() {
   }
 }
 
-void Scheduler::share_limits(SharedPlaces& places, std::string server) {
+void Scheduler::share_limits(SharedPlaces& places, std::string server, AskElsewhere ask) {
   std::lock_guard lock(mutex_);
   shared_ = &places;
   server_ = std::move(server);
+  ask_elsewhere_ = std::move(ask);
 }
 
 std::string Scheduler::place_key(uint64_t key) const {

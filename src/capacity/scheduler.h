@@ -17,7 +17,9 @@
 //
 // Servers sharing one history (share_limits) count each other's sandboxes too: each new sandbox
 // first takes a place in SharedPlaces, which the limits must leave room for across every
-// server, and a waiter looks at the others' places again while it waits.
+// server, and a waiter looks at the others' places again while it waits. A waiter that only
+// the others' sandboxes stand in the way of asks them for room (AskElsewhere), and each of them
+// evicts its least recently used idle sandbox (evict_for_elsewhere).
 #pragma once
 
 #include <chrono>
@@ -93,6 +95,10 @@ struct Grant {
 using Evict =
     std::function<Result<bool>(const std::string& conversation_id, const std::string& sandbox_id)>;
 
+// Asks the other servers sharing the limits to evict an idle sandbox: one of `user`'s when that
+// user's own limit is what stands in the way, anyone's for "".
+using AskElsewhere = std::function<void(const std::string& user)>;
+
 struct Stats {
   SchedulerOptions limits;
   struct AccountUse {
@@ -158,8 +164,12 @@ class Scheduler {
   Stats stats(bool look_elsewhere = false);
 
   // Counts the sandboxes of every server on `places` from now on, this one's as `server` (its
-  // boot id): before start_pool and the first acquire.
-  void share_limits(SharedPlaces& places, std::string server);
+  // boot id): before start_pool and the first acquire. The first waiter in line that no
+  // eviction here can help, while the others hold places, calls `ask` (at most once a second).
+  void share_limits(SharedPlaces& places, std::string server, AskElsewhere ask = {});
+  // Another server's waiter needs room (its AskElsewhere): evicts this server's least recently
+  // used idle sandbox (of `user`, unless empty), recorded as any eviction. Whether it did.
+  bool evict_for_elsewhere(const std::string& user);
 
   // Stops the pool and destroys its warm sandboxes. Returns how many.
   int shutdown();
@@ -194,6 +204,8 @@ class Scheduler {
   // The idle sandbox whose deletion would let `waiter` go: its user's least recently used when
   // the user is at max_per_user, otherwise anyone's. end() for none.
   LeaseMap::iterator eviction_for(const Waiter& waiter);
+  // The least recently used idle sandbox of a conversation (of `user`, when given) not skipped.
+  LeaseMap::iterator least_recently_idle(const std::string* user);
   LeaseMap::iterator find(std::string_view sandbox_id);
 
   using Lock = std::unique_lock<std::mutex>;
@@ -204,6 +216,11 @@ class Scheduler {
   // Evicts an idle sandbox if that would help the first waiter it can help and that is `me`.
   // Returns whether it tried.
   bool evict_for(Lock& lock, const std::vector<const Waiter*>& ordered, uint64_t me);
+  // Evicts `victim` through evict_ (unlocked meanwhile). Whether it was deleted.
+  bool evict(Lock& lock, LeaseMap::iterator victim);
+  // Asks the other servers for room if `me` is the first in line and only their sandboxes stand
+  // in its way. Returns whether it asked.
+  bool ask_elsewhere_for(Lock& lock, const std::vector<const Waiter*>& ordered, uint64_t me);
   // The error of a wait past queue_timeout: the user's own limit, or the system's.
   Error timed_out(const std::string& user) const;
   // Starts the sandbox of the starting lease `key` (unlocked meanwhile); the lease is dropped if
@@ -256,6 +273,8 @@ class Scheduler {
   std::string server_;
   PlacesHeld elsewhere_;  // by the last look
   std::chrono::steady_clock::time_point looked_elsewhere_;
+  AskElsewhere ask_elsewhere_;
+  std::chrono::steady_clock::time_point asked_elsewhere_;
 };
 
 }  // namespace quarry::capacity

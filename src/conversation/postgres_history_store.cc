@@ -270,6 +270,7 @@ int64_t advisory_key(std::string_view name) {
 // The channels of NOTIFY: stream events recorded, and cancels asked through any server.
 constexpr std::string_view kStreamEventsChannel = "quarry_stream_events";
 constexpr std::string_view kCancelsChannel = "quarry_turn_cancels";
+constexpr std::string_view kRoomChannel = "quarry_room_wanted";
 
 // Serialises the migrations of every server opening the same database.
 const int64_t kMigrationLockKey = advisory_key("quarry history migrations");
@@ -967,10 +968,12 @@ PostgresHistoryStore::sandbox_references(const std::optional<std::string>& owner
 // waits on its socket (and on an eventfd that says stop), reconnecting when it breaks.
 class StreamEventChannel final : public Subscription {
  public:
-  StreamEventChannel(std::string url, StreamEventListener on_event, CancelListener on_cancel)
+  StreamEventChannel(std::string url, StreamEventListener on_event, CancelListener on_cancel,
+                     RoomListener on_room)
       : url_(std::move(url)),
         on_event_(std::move(on_event)),
         on_cancel_(std::move(on_cancel)),
+        on_room_(std::move(on_room)),
         stop_(::eventfd(0, EFD_CLOEXEC)) {}
   ~StreamEventChannel() override {
     const uint64_t one = 1;
@@ -997,7 +1000,7 @@ class StreamEventChannel final : public Subscription {
     if (!connection) {
       return std::unexpected(history_error(std::move(connection).error(), "listening for events"));
     }
-    for (std::string_view channel : {kStreamEventsChannel, kCancelsChannel}) {
+    for (std::string_view channel : {kStreamEventsChannel, kCancelsChannel, kRoomChannel}) {
       if (auto listening = connection->exec(fmt::format("LISTEN {}", channel)); !listening) {
         return std::unexpected(history_error(std::move(listening).error(), "listening for events"));
       }
@@ -1046,6 +1049,8 @@ class StreamEventChannel final : public Subscription {
       while (PGnotify* notify = PQnotifies(pg)) {
         if (notify->relname == kCancelsChannel) {
           deliver_cancel(notify->extra);
+        } else if (notify->relname == kRoomChannel) {
+          deliver_room(notify->extra);
         } else {
           deliver(notify->extra);
         }
@@ -1078,9 +1083,17 @@ class StreamEventChannel final : public Subscription {
     on_cancel_(std::string(payload.substr(0, space)), turn);
   }
 
+  // "<asking server> <user>" (the user may be empty) to the room listener.
+  void deliver_room(std::string_view payload) {
+    const auto space = payload.find(' ');
+    if (space == std::string_view::npos || !on_room_) return;
+    on_room_(std::string(payload.substr(0, space)), std::string(payload.substr(space + 1)));
+  }
+
   const std::string url_;
   StreamEventListener on_event_;
   CancelListener on_cancel_;
+  RoomListener on_room_;
   const int stop_;
   std::thread thread_;
 };
@@ -1251,10 +1264,18 @@ Result<void> PostgresHistoryStore::request_cancel(std::string_view conversation_
   return {};
 }
 
+Result<void> PostgresHistoryStore::request_room(std::string_view server, std::string_view user) {
+  RETURN_IF_ERROR(run(*connections_, "asking the other servers for room",
+                      fmt::format("SELECT pg_notify('{}', $1)", kRoomChannel),
+                      {text(fmt::format("{} {}", server, user))}));
+  return {};
+}
+
 Result<std::unique_ptr<Subscription>> PostgresHistoryStore::listen(StreamEventListener on_event,
-                                                                   CancelListener on_cancel) {
-  auto channel =
-      std::make_unique<StreamEventChannel>(url_, std::move(on_event), std::move(on_cancel));
+                                                                   CancelListener on_cancel,
+                                                                   RoomListener on_room) {
+  auto channel = std::make_unique<StreamEventChannel>(url_, std::move(on_event),
+                                                      std::move(on_cancel), std::move(on_room));
   RETURN_IF_ERROR(channel->start());
   return channel;
 }

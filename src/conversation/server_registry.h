@@ -42,6 +42,10 @@ using StreamEventListener = std::function<void(const std::string&, int, int64_t)
 // Called with (conversation id, turn) of each cancel asked through any server, on the same
 // thread.
 using CancelListener = std::function<void(const std::string&, int)>;
+// Called with (asking server's boot id, user) when a turn waiting on that server needs room
+// that only the others' sandboxes take (Scheduler's AskElsewhere), on the same thread: evict an
+// idle sandbox, of that user unless empty.
+using RoomListener = std::function<void(const std::string&, const std::string&)>;
 
 // Listening for stream events; stops when destroyed.
 class Subscription {
@@ -76,11 +80,16 @@ class ServerRegistry {
   // only the cancels of its own turns; none when the turn has ended meanwhile).
   virtual Result<void> request_cancel(std::string_view conversation_id, int turn) = 0;
 
-  // Calls `on_event` with the stream events recorded from now on and `on_cancel` with the
-  // cancels asked, until the subscription is destroyed (it must not outlive what the listeners
-  // use, nor the registry).
+  // Asks every other server to evict an idle sandbox for a turn waiting on `server` (of `user`,
+  // unless empty).
+  virtual Result<void> request_room(std::string_view server, std::string_view user) = 0;
+
+  // Calls `on_event` with the stream events recorded from now on, `on_cancel` with the cancels
+  // asked and `on_room` with the requests for room (every server's, this one's too), until the
+  // subscription is destroyed (it must not outlive what the listeners use, nor the registry).
   virtual Result<std::unique_ptr<Subscription>> listen(StreamEventListener on_event,
-                                                       CancelListener on_cancel) = 0;
+                                                       CancelListener on_cancel,
+                                                       RoomListener on_room) = 0;
 };
 
 }  // namespace quarry::conversation

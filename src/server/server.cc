@@ -157,6 +157,12 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
                          [&turns](const std::string& conversation_id, int turn) {
                            // Another server's turn, or one ended meanwhile: nothing to do.
                            (void)turns.cancel(conversation_id, "cancelled by the user", turn);
+                         },
+                         [&manager](const std::string& server, const std::string& user) {
+                           // On this thread: an eviction takes a sandbox's destroy.
+                           if (server != manager.boot_id()) {
+                             (void)manager.scheduler().evict_for_elsewhere(user);
+                           }
                          }));
   }
   Sessions sessions(
@@ -197,9 +203,16 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
                       server_timeout);
     RETURN_IF_ERROR(heartbeat->start());
   }
-  // Recorded first, so the places this server takes go with its record if it dies.
-  if (auto* places = history->places())
-    manager.scheduler().share_limits(*places, manager.boot_id());
+  // Recorded first, so the places this server takes go with its record if it dies. A turn that
+  // only the others' sandboxes keep waiting asks them for room.
+  if (auto* places = history->places(); places && registry) {
+    manager.scheduler().share_limits(
+        *places, manager.boot_id(), [registry, &manager](const std::string& user) {
+          if (auto asked = registry->request_room(manager.boot_id(), user); !asked) {
+            spdlog::warn("{}", asked.error().message);
+          }
+        });
+  }
   manager.scheduler().start_pool();
   http.start();
   spdlog::info("serving on {} ({}; model: {})", url,

@@ -159,10 +159,13 @@ TEST(Multiserver, AServerKilledMidTurnIsTakenOverAndTheConversationGoesOn) {
   EXPECT_EQ(done->data["status"], "interrupted");
   watching.drop();
   EXPECT_TRUE(sandboxes({{"quarry.boot", a_boot}}).empty());
-  const std::string taker =
-      b.log().find("took over server " + a_boot) != std::string::npos
-          ? "b"
-          : (c.log().find("took over server " + a_boot) != std::string::npos ? "c" : "");
+  // The taker logs it as it ends the turns it found: a moment after, at most.
+  std::string taker;
+  for (int wait = 0; wait < 100 && taker.empty(); ++wait) {
+    if (b.log().find("took over server " + a_boot) != std::string::npos) taker = "b";
+    if (c.log().find("took over server " + a_boot) != std::string::npos) taker = "c";
+    if (taker.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   EXPECT_NE(taker, "") << "neither b nor c says it took over a";
   EXPECT_FALSE(b.log().find("took over server " + a_boot) != std::string::npos &&
                c.log().find("took over server " + a_boot) != std::string::npos)
@@ -220,7 +223,8 @@ TEST(Multiserver, CapacityLimitsHoldAcrossTheServers) {
   EXPECT_EQ(seen_by_b["sandboxes"]["elsewhere"], 1) << seen_by_b.dump();
   EXPECT_EQ(seen_by_b["sandboxes"]["busy"], 0);
 
-  // A turn on b waits for the one sandbox a holds, and runs once a lets it go.
+  // A turn on b waits for the one sandbox a holds (a Daytona API sandbox: never evicted), and
+  // runs once a lets it go.
   const auto id = through_b.create_conversation("waits for a");
   BackgroundStream waiting(through_b, "POST", cells_path(id), python_cell("print('ran on b')"));
   auto queued = waiting.wait_for([](const StreamEvent& event) {
@@ -238,6 +242,18 @@ TEST(Multiserver, CapacityLimitsHoldAcrossTheServers) {
   // Now b holds the one (idle in its conversation): a is refused in turn.
   auto refused_on_a = through_a.post("/daytona/api/sandbox", nlohmann::json::object());
   EXPECT_EQ(refused_on_a.status, 429) << refused_on_a.body;
+  // A turn on a waits for it, asks the other servers for room, and b evicts its idle sandbox:
+  // the turn runs without anyone deleting anything by hand.
+  const auto on_a = through_a.create_conversation("needs b's room");
+  auto ran = through_a.cell(on_a, "python", "print('ran on a')");
+  ASSERT_EQ(ran.events.back().data["status"], "completed") << ran.body << b.log();
+  EXPECT_FALSE(of_type(ran.events, "sandbox").empty()) << ran.body;
+  const auto on_b = through_b.get("/api/v1/conversations/" + id);
+  int evicted = 0;
+  for (const auto& event : on_b.json["events"]) {
+    evicted += event["kind"] == "sandbox_deleted" && event["reason"] == "evicted";
+  }
+  EXPECT_EQ(evicted, 1) << "b's idle sandbox was not evicted for a's turn: " << on_b.body;
 
   stop_all({&a, &b});
   for (const char* instance : {"multi-a", "multi-b"}) {

@@ -558,5 +558,57 @@ TEST(Scheduler, AHoldIsRefusedWhenAnotherServerHoldsTheRoom) {
   EXPECT_TRUE(b.hold("bob", {}));
 }
 
+// A turn waiting on b while a's idle sandboxes take the shared room asks the other servers
+// (here: a, as a NOTIFY would reach it), and a evicts its least recently used idle one, of the
+// waiting user's when that user's own limit is what stands in the way; a busy one never.
+TEST(Scheduler, AWaiterAsksTheOtherServersAndTheyEvictAnIdleSandbox) {
+  CountingProvider here("a-"), there("b-");
+  MemoryPlaces places;
+  Scheduler a({{"local", &here, 3}}, limits(3, 2, 1s)), b({{"local", &there, 3}}, limits(3, 2, 1s));
+  std::vector<std::string> evicted_by_a, evicted_by_b;
+  evict_into(a, evicted_by_a);
+  evict_into(b, evicted_by_b);
+  std::vector<std::string> asked;
+  std::mutex asked_mutex;
+  a.share_limits(places, "a");
+  b.share_limits(places, "b", [&](const std::string& user) {
+    {
+      std::lock_guard lock(asked_mutex);
+      asked.push_back(user);
+    }
+    a.evict_for_elsewhere(user);
+  });
+  auto busy = a.acquire(request("alice", "busy"));
+  auto older = a.acquire(request("alice", "older"));
+  auto newer = a.acquire(request("bob", "newer"));
+  ASSERT_TRUE(busy && older && newer);
+  a.set_busy(older->sandbox_id, false);
+  std::this_thread::sleep_for(5ms);
+  a.set_busy(newer->sandbox_id, false);
+
+  // The total is reached: anyone's least recently used idle sandbox goes.
+  auto carol = b.acquire(request("carol", "on b"));
+  ASSERT_TRUE(carol) << carol.error().message;
+  EXPECT_EQ(evicted_by_a, std::vector<std::string>{older->sandbox_id});
+  EXPECT_EQ(asked.front(), "");
+  ASSERT_TRUE(b.destroy(carol->sandbox_id));
+
+  // Alice, at her limit of 2 with her busy one on a and one on b, asks for one of hers: none of
+  // hers is idle, and bob's idle one is no help to her, so nothing goes and the wait times out.
+  auto alice_on_b = b.acquire(request("alice", "alice on b"));
+  ASSERT_TRUE(alice_on_b) << alice_on_b.error().message;
+  auto over = b.acquire(request("alice", "alice over her limit"));
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code, ErrorCode::kResourceExhausted);
+  {
+    std::lock_guard lock(asked_mutex);
+    EXPECT_EQ(asked.back(), "alice");
+  }
+  EXPECT_EQ(evicted_by_a.size(), 1u);
+  EXPECT_TRUE(here.alive(busy->sandbox_id)) << "a busy sandbox was evicted for another server";
+  EXPECT_TRUE(here.alive(newer->sandbox_id)) << "another user's sandbox was evicted for alice";
+  EXPECT_TRUE(evicted_by_b.empty());
+}
+
 }  // namespace
 }  // namespace quarry::capacity
