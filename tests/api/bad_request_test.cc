@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "api_environment.h"
 #include "common/unique_fd.h"
 #include "common/url.h"
@@ -196,8 +198,12 @@ TEST(BadRequests, PagesOfConversationsAndExecsFollowTheirCursors) {
   ApiClient api(server.url());
   api.use_token(server.token("alice"));
   std::vector<std::string> made;
-  for (int i = 0; i < 5; ++i)
+  // A millisecond apart at least, as a person makes them: the list is newest first by time,
+  // and conversations of the same millisecond are in the order of their ids.
+  for (int i = 0; i < 5; ++i) {
     made.push_back(api.create_conversation(fmt::format("conversation {}", i)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   std::vector<std::string> listed;
   std::string cursor;
   int pages = 0;
