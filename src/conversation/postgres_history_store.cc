@@ -271,6 +271,7 @@ int64_t advisory_key(std::string_view name) {
 constexpr std::string_view kStreamEventsChannel = "quarry_stream_events";
 constexpr std::string_view kCancelsChannel = "quarry_turn_cancels";
 constexpr std::string_view kRoomChannel = "quarry_room_wanted";
+constexpr std::string_view kDeletedChannel = "quarry_conversations_deleted";
 
 // Serialises the migrations of every server opening the same database.
 const int64_t kMigrationLockKey = advisory_key("quarry history migrations");
@@ -635,11 +636,18 @@ Result<void> PostgresHistoryStore::name_conversation(std::string_view id, std::s
 }
 
 Result<void> PostgresHistoryStore::delete_conversation(std::string_view id) {
-  // Every row of the conversation goes with it (ON DELETE CASCADE), in this one statement. Its
-  // turn lock is a lock, not a row: nothing is left of it once the caller lets it go.
-  ASSIGN_OR_RETURN(auto result, run(*connections_, "deleting a conversation",
-                                    "DELETE FROM conversations WHERE id = $1", {text(id)}));
-  if (changed(result) == 0) return make_error(ErrorCode::kNotFound, "no conversation '{}'", id);
+  // Every row of the conversation goes with it (ON DELETE CASCADE), in this one statement, which
+  // also tells every server (at commit). Its turn lock is a lock, not a row: nothing is left of
+  // it once the caller lets it go.
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "deleting a conversation",
+                       fmt::format("WITH gone AS (DELETE FROM conversations WHERE id = $1 "
+                                   "RETURNING id) SELECT pg_notify('{}', id) FROM gone",
+                                   kDeletedChannel),
+                       {text(id)}));
+  if (PQntuples(result.get()) == 0) {
+    return make_error(ErrorCode::kNotFound, "no conversation '{}'", id);
+  }
   return {};
 }
 
@@ -968,13 +976,8 @@ PostgresHistoryStore::sandbox_references(const std::optional<std::string>& owner
 // waits on its socket (and on an eventfd that says stop), reconnecting when it breaks.
 class StreamEventChannel final : public Subscription {
  public:
-  StreamEventChannel(std::string url, StreamEventListener on_event, CancelListener on_cancel,
-                     RoomListener on_room)
-      : url_(std::move(url)),
-        on_event_(std::move(on_event)),
-        on_cancel_(std::move(on_cancel)),
-        on_room_(std::move(on_room)),
-        stop_(::eventfd(0, EFD_CLOEXEC)) {}
+  StreamEventChannel(std::string url, Listeners listeners)
+      : url_(std::move(url)), listeners_(std::move(listeners)), stop_(::eventfd(0, EFD_CLOEXEC)) {}
   ~StreamEventChannel() override {
     const uint64_t one = 1;
     if (::write(stop_, &one, sizeof one) < 0) {
@@ -1000,7 +1003,8 @@ class StreamEventChannel final : public Subscription {
     if (!connection) {
       return std::unexpected(history_error(std::move(connection).error(), "listening for events"));
     }
-    for (std::string_view channel : {kStreamEventsChannel, kCancelsChannel, kRoomChannel}) {
+    for (std::string_view channel :
+         {kStreamEventsChannel, kCancelsChannel, kRoomChannel, kDeletedChannel}) {
       if (auto listening = connection->exec(fmt::format("LISTEN {}", channel)); !listening) {
         return std::unexpected(history_error(std::move(listening).error(), "listening for events"));
       }
@@ -1025,7 +1029,8 @@ class StreamEventChannel final : public Subscription {
         }
         spdlog::warn("{}; trying again in a second", again.error().message);
       }
-      on_event_("", 0, 0);  // what was recorded while it was away was not heard
+      // What was recorded while it was away was not heard.
+      if (listeners_.on_event) listeners_.on_event("", 0, 0);
     }
   }
 
@@ -1051,6 +1056,8 @@ class StreamEventChannel final : public Subscription {
           deliver_cancel(notify->extra);
         } else if (notify->relname == kRoomChannel) {
           deliver_room(notify->extra);
+        } else if (notify->relname == kDeletedChannel) {
+          if (listeners_.on_deleted) listeners_.on_deleted(notify->extra);
         } else {
           deliver(notify->extra);
         }
@@ -1070,30 +1077,29 @@ class StreamEventChannel final : public Subscription {
     const auto seq_text = payload.substr(second + 1);
     std::from_chars(turn_text.data(), turn_text.data() + turn_text.size(), turn);
     std::from_chars(seq_text.data(), seq_text.data() + seq_text.size(), seq);
-    on_event_(std::string(payload.substr(0, first)), turn, seq);
+    if (listeners_.on_event) listeners_.on_event(std::string(payload.substr(0, first)), turn, seq);
   }
 
   // "<conversation> <turn>" to the cancel listener.
   void deliver_cancel(std::string_view payload) {
     const auto space = payload.find(' ');
-    if (space == std::string_view::npos || !on_cancel_) return;
+    if (space == std::string_view::npos || !listeners_.on_cancel) return;
     int turn = 0;
     const auto turn_text = payload.substr(space + 1);
     std::from_chars(turn_text.data(), turn_text.data() + turn_text.size(), turn);
-    on_cancel_(std::string(payload.substr(0, space)), turn);
+    listeners_.on_cancel(std::string(payload.substr(0, space)), turn);
   }
 
   // "<asking server> <user>" (the user may be empty) to the room listener.
   void deliver_room(std::string_view payload) {
     const auto space = payload.find(' ');
-    if (space == std::string_view::npos || !on_room_) return;
-    on_room_(std::string(payload.substr(0, space)), std::string(payload.substr(space + 1)));
+    if (space == std::string_view::npos || !listeners_.on_room) return;
+    listeners_.on_room(std::string(payload.substr(0, space)),
+                       std::string(payload.substr(space + 1)));
   }
 
   const std::string url_;
-  StreamEventListener on_event_;
-  CancelListener on_cancel_;
-  RoomListener on_room_;
+  const Listeners listeners_;
   const int stop_;
   std::thread thread_;
 };
@@ -1271,11 +1277,8 @@ Result<void> PostgresHistoryStore::request_room(std::string_view server, std::st
   return {};
 }
 
-Result<std::unique_ptr<Subscription>> PostgresHistoryStore::listen(StreamEventListener on_event,
-                                                                   CancelListener on_cancel,
-                                                                   RoomListener on_room) {
-  auto channel = std::make_unique<StreamEventChannel>(url_, std::move(on_event),
-                                                      std::move(on_cancel), std::move(on_room));
+Result<std::unique_ptr<Subscription>> PostgresHistoryStore::listen(Listeners listeners) {
+  auto channel = std::make_unique<StreamEventChannel>(url_, std::move(listeners));
   RETURN_IF_ERROR(channel->start());
   return channel;
 }

@@ -116,9 +116,7 @@ class PostgresHistoryStore final : public HistoryStore,
   Result<void> taken_over(const TakeOver& claim) override;
   Result<void> request_cancel(std::string_view conversation_id, int turn) override;
   Result<void> request_room(std::string_view server, std::string_view user) override;
-  Result<std::unique_ptr<Subscription>> listen(StreamEventListener on_event,
-                                               CancelListener on_cancel,
-                                               RoomListener on_room) override;
+  Result<std::unique_ptr<Subscription>> listen(Listeners listeners) override;
 
   capacity::SharedPlaces* places() override { return this; }
   // A server's places go with its record: when it leaves, and when a live server took it over.

@@ -46,6 +46,17 @@ using CancelListener = std::function<void(const std::string&, int)>;
 // that only the others' sandboxes take (Scheduler's AskElsewhere), on the same thread: evict an
 // idle sandbox, of that user unless empty.
 using RoomListener = std::function<void(const std::string&, const std::string&)>;
+// Called with the id of each conversation deleted through any server (this one's too), on the
+// same thread: what a server keeps of it outside the history (its artifacts' files) can go.
+using DeletedListener = std::function<void(const std::string&)>;
+
+// What a subscription calls; any may be empty.
+struct Listeners {
+  StreamEventListener on_event;
+  CancelListener on_cancel;
+  RoomListener on_room;
+  DeletedListener on_deleted;
+};
 
 // Listening for stream events; stops when destroyed.
 class Subscription {
@@ -84,12 +95,10 @@ class ServerRegistry {
   // unless empty).
   virtual Result<void> request_room(std::string_view server, std::string_view user) = 0;
 
-  // Calls `on_event` with the stream events recorded from now on, `on_cancel` with the cancels
-  // asked and `on_room` with the requests for room (every server's, this one's too), until the
+  // Calls the listeners with the stream events recorded from now on, the cancels asked, the
+  // requests for room (every server's, this one's too) and the conversations deleted, until the
   // subscription is destroyed (it must not outlive what the listeners use, nor the registry).
-  virtual Result<std::unique_ptr<Subscription>> listen(StreamEventListener on_event,
-                                                       CancelListener on_cancel,
-                                                       RoomListener on_room) = 0;
+  virtual Result<std::unique_ptr<Subscription>> listen(Listeners listeners) = 0;
 };
 
 }  // namespace quarry::conversation

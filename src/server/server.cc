@@ -10,6 +10,7 @@
 #include "agent/model_client.h"
 #include "common/file_util.h"
 #include "common/units.h"
+#include "conversation/artifact_files.h"
 #include "conversation/open_history_store.h"
 #include "sandbox/open_provider.h"
 #include "server/api.h"
@@ -145,25 +146,33 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
 
   TurnRunner turns(config, options.state_dir, *history, manager, model.get(), hub,
                    {config.server.workers, config.sandbox.output_limit_bytes});
-  // Events other servers record wake this one's watchers, and a cancel asked through another
-  // server reaches the turn if it runs here (heard before any turn can start).
+  // Events other servers record wake this one's watchers, a cancel asked through another
+  // server reaches the turn if it runs here (heard before any turn can start), another's
+  // request for room may evict an idle sandbox here, and a conversation deleted through any
+  // server takes this one's copies of its artifacts with it.
   std::unique_ptr<conversation::Subscription> heard_elsewhere;
   if (registry) {
-    ASSIGN_OR_RETURN(heard_elsewhere,
-                     registry->listen(
-                         [&hub](const std::string& conversation_id, int turn, int64_t seq) {
-                           hub.heard(conversation_id, {turn, seq});
-                         },
-                         [&turns](const std::string& conversation_id, int turn) {
-                           // Another server's turn, or one ended meanwhile: nothing to do.
-                           (void)turns.cancel(conversation_id, "cancelled by the user", turn);
-                         },
-                         [&manager](const std::string& server, const std::string& user) {
-                           // On this thread: an eviction takes a sandbox's destroy.
-                           if (server != manager.boot_id()) {
-                             (void)manager.scheduler().evict_for_elsewhere(user);
-                           }
-                         }));
+    conversation::Listeners listeners;
+    listeners.on_event = [&hub](const std::string& conversation_id, int turn, int64_t seq) {
+      hub.heard(conversation_id, {turn, seq});
+    };
+    listeners.on_cancel = [&turns](const std::string& conversation_id, int turn) {
+      // Another server's turn, or one ended meanwhile: nothing to do.
+      (void)turns.cancel(conversation_id, "cancelled by the user", turn);
+    };
+    listeners.on_room = [&manager](const std::string& server, const std::string& user) {
+      // On this thread: an eviction takes a sandbox's destroy.
+      if (server != manager.boot_id()) (void)manager.scheduler().evict_for_elsewhere(user);
+    };
+    listeners.on_deleted = [artifacts = options.state_dir / "artifacts"](const std::string& id) {
+      if (auto removed = conversation::remove_artifacts(artifacts, id); !removed) {
+        spdlog::warn(
+            "conversation {} was deleted, but this server's copies of its artifacts "
+            "were not: {}",
+            id, removed.error().message);
+      }
+    };
+    ASSIGN_OR_RETURN(heard_elsewhere, registry->listen(std::move(listeners)));
   }
   Sessions sessions(
       clock, std::chrono::duration_cast<std::chrono::milliseconds>(config.server.session_lifetime));

@@ -312,10 +312,15 @@ TEST(Multiserver, AnArtifactCollectedThroughOneServerIsServedByAnother) {
   // Kept by b in the layout every server uses, under its own state directory.
   EXPECT_TRUE(std::filesystem::is_directory(b.state_dir() / "artifacts" / id));
 
-  // Once the conversation is deleted (through a), no server serves its artifacts.
+  // Once the conversation is deleted (through a), no server serves its artifacts, and b's
+  // copies go too (b hears of the delete).
   EXPECT_EQ(through_a.del("/api/v1/conversations/" + id).status, 204);
   EXPECT_EQ(through_b.get(url["bytes.png"]).status, 404);
   EXPECT_EQ(through_a.get(url["bytes.png"]).status, 404);
+  const auto copies = b.state_dir() / "artifacts" / id;
+  for (int wait = 0; wait < 100 && std::filesystem::exists(copies); ++wait)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(std::filesystem::exists(copies)) << "b kept its copies of a deleted conversation's";
 
   stop_all({&a, &b});
   for (const char* instance : {"multi-a", "multi-b"}) {
