@@ -84,8 +84,14 @@ Result<void> make_directories(const std::filesystem::path& path, mode_t mode) {
 
 Result<void> remove_tree(const std::filesystem::path& path) {
   std::error_code error;
-  std::filesystem::remove_all(path, error);
-  if (error) {
+  // Something else removing the same tree at once (another server sharing the state directory)
+  // makes an entry vanish under the walk: that is no failure, the rest is removed again.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    error.clear();
+    std::filesystem::remove_all(path, error);
+    if (error != std::errc::no_such_file_or_directory) break;
+  }
+  if (error && error != std::errc::no_such_file_or_directory) {
     return make_error(ErrorCode::kInternal, "removing '{}' failed: {}", path.string(),
                       error.message());
   }

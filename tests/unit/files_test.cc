@@ -9,9 +9,40 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/file_util.h"
 
 namespace quarry::sandbox::local {
 namespace {
+
+// Servers sharing a state directory remove the same tree at once (a deleted conversation's
+// artifacts): each succeeds, and nothing is left.
+TEST(RemoveTree, SeveralRemovingOneTreeAtOnceAllSucceed) {
+  const auto root = std::filesystem::path(::testing::TempDir()) / "remove-tree-at-once";
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    for (int dir = 0; dir < 100; ++dir) {
+      const auto sub = root / std::to_string(dir) / "step";
+      std::filesystem::create_directories(sub);
+      for (int file = 0; file < 5; ++file)
+        std::ofstream(sub / std::to_string(file)) << "x";
+    }
+    std::vector<std::string> errors(4);
+    std::vector<std::thread> removers;
+    for (size_t i = 0; i < errors.size(); ++i) {
+      removers.emplace_back([&, i] {
+        if (auto removed = quarry::remove_tree(root); !removed) errors[i] = removed.error().message;
+      });
+    }
+    for (auto& remover : removers)
+      remover.join();
+    for (const auto& error : errors)
+      EXPECT_EQ(error, "");
+    EXPECT_FALSE(std::filesystem::exists(root));
+  }
+}
 
 TEST(NormalizeSandboxPath, MakesPathsAbsoluteAndRefusesDotDot) {
   EXPECT_EQ(*normalize_sandbox_path("/home/sandbox/outputs/", "/home/sandbox"),
