@@ -379,21 +379,8 @@ std::unexpected<Error> no_conversation(std::string_view id) {
   return make_error(ErrorCode::kNotFound, "no conversation '{}' (see quarry conversations ls)", id);
 }
 
-// Runs one statement on a connection of the pool.
-Result<data::PgResult> run(PostgresConnections& connections, std::string_view what,
-                           std::string_view sql, std::span<const Param> params) {
-  ASSIGN_OR_RETURN(auto lease, connections.take(true));
-  auto result = lease->exec(sql, params);
-  if (!result) return std::unexpected(history_error(std::move(result).error(), what));
-  return result;
-}
-
-Result<data::PgResult> run(PostgresConnections& connections, std::string_view what,
-                           std::string_view sql, std::initializer_list<Param> params = {}) {
-  return run(connections, what, sql, std::span(params.begin(), params.size()));
-}
-
-// The same with each parameter's format and the result's (data::Connection::exec).
+// Runs one statement on a connection of the pool, with each parameter's format and the
+// result's (data::Connection::exec).
 Result<data::PgResult> run(PostgresConnections& connections, std::string_view what,
                            std::string_view sql, std::span<const Param> params,
                            std::span<const Format> formats, Format result_format) {
@@ -401,6 +388,18 @@ Result<data::PgResult> run(PostgresConnections& connections, std::string_view wh
   auto result = lease->exec(sql, params, formats, result_format);
   if (!result) return std::unexpected(history_error(std::move(result).error(), what));
   return result;
+}
+
+// The same, all in text.
+Result<data::PgResult> run(PostgresConnections& connections, std::string_view what,
+                           std::string_view sql, std::span<const Param> params) {
+  const std::vector<Format> formats(params.size(), Format::kText);
+  return run(connections, what, sql, params, formats, Format::kText);
+}
+
+Result<data::PgResult> run(PostgresConnections& connections, std::string_view what,
+                           std::string_view sql, std::initializer_list<Param> params = {}) {
+  return run(connections, what, sql, std::span(params.begin(), params.size()));
 }
 
 // Every row of a result, each turned into a T by `read`.
