@@ -1,0 +1,38 @@
+# Imported targets for the libraries quarry links from the archives (.a) Debian ships with their
+# headers (libssl-dev, libsqlite3-dev, libyaml-cpp-dev, zlib1g-dev), and one for logging: spdlog and fmt
+# header-only, as Debian ships only their shared libraries.
+
+# quarry_archive(NAME ARCHIVE [DEPENDENCIES...]): quarry::NAME is ARCHIVE, linked with what it
+# needs from elsewhere.
+function(quarry_archive name archive)
+  find_library(QUARRY_ARCHIVE_${name} NAMES ${archive} REQUIRED)
+  add_library(quarry::${name} STATIC IMPORTED GLOBAL)
+  set_target_properties(quarry::${name} PROPERTIES
+    IMPORTED_LOCATION "${QUARRY_ARCHIVE_${name}}"
+    INTERFACE_LINK_LIBRARIES "${ARGN}")
+endfunction()
+
+# OpenSSL: its archives in an executable that sets QUARRY_OPENSSL_ARCHIVES (quarry), its shared
+# libraries elsewhere. quarry-data loads libpq, which loads the shared ones: an archive's copy as
+# well would make two OpenSSLs in one process.
+quarry_archive(crypto_archive libcrypto.a Threads::Threads ${CMAKE_DL_LIBS})
+quarry_archive(ssl_archive libssl.a quarry::crypto_archive)
+find_package(OpenSSL REQUIRED)
+set(archives "$<BOOL:$<TARGET_PROPERTY:QUARRY_OPENSSL_ARCHIVES>>")
+add_library(quarry_crypto INTERFACE)
+add_library(quarry::crypto ALIAS quarry_crypto)
+target_link_libraries(quarry_crypto INTERFACE
+  "$<IF:${archives},quarry::crypto_archive,OpenSSL::Crypto>")
+add_library(quarry_ssl INTERFACE)
+add_library(quarry::ssl ALIAS quarry_ssl)
+target_link_libraries(quarry_ssl INTERFACE "$<IF:${archives},quarry::ssl_archive,OpenSSL::SSL>")
+quarry_archive(z libz.a)
+quarry_archive(sqlite3 libsqlite3.a quarry::z m Threads::Threads ${CMAKE_DL_LIBS})
+quarry_archive(yaml-cpp libyaml-cpp.a)
+
+add_library(quarry_logging INTERFACE)
+add_library(quarry::logging ALIAS quarry_logging)
+target_compile_definitions(quarry_logging INTERFACE SPDLOG_FMT_EXTERNAL)
+target_include_directories(quarry_logging INTERFACE
+  $<TARGET_PROPERTY:spdlog::spdlog_header_only,INTERFACE_INCLUDE_DIRECTORIES>)
+target_link_libraries(quarry_logging INTERFACE fmt::fmt-header-only Threads::Threads)
