@@ -1,6 +1,6 @@
 # Imported targets for the libraries quarry links from the archives (.a) Debian ships with their
-# headers (libssl-dev, libsqlite3-dev, libyaml-cpp-dev, zlib1g-dev), and one for logging: spdlog and fmt
-# header-only, as Debian ships only their shared libraries.
+# headers (libssl-dev, libsqlite3-dev, libyaml-cpp-dev, zlib1g-dev: scripts/setup), and one for
+# logging: spdlog and fmt header-only, as Debian ships only their shared libraries.
 
 # quarry_archive(NAME ARCHIVE [DEPENDENCIES...]): quarry::NAME is ARCHIVE, linked with what it
 # needs from elsewhere.
@@ -18,14 +18,16 @@ endfunction()
 quarry_archive(crypto_archive libcrypto.a Threads::Threads ${CMAKE_DL_LIBS})
 quarry_archive(ssl_archive libssl.a quarry::crypto_archive)
 find_package(OpenSSL REQUIRED)
-set(archives "$<BOOL:$<TARGET_PROPERTY:QUARRY_OPENSSL_ARCHIVES>>")
-add_library(quarry_crypto INTERFACE)
-add_library(quarry::crypto ALIAS quarry_crypto)
-target_link_libraries(quarry_crypto INTERFACE
-  "$<IF:${archives},quarry::crypto_archive,OpenSSL::Crypto>")
-add_library(quarry_ssl INTERFACE)
-add_library(quarry::ssl ALIAS quarry_ssl)
-target_link_libraries(quarry_ssl INTERFACE "$<IF:${archives},quarry::ssl_archive,OpenSSL::SSL>")
+set(openssl_archives "$<BOOL:$<TARGET_PROPERTY:QUARRY_OPENSSL_ARCHIVES>>")
+foreach(library IN ITEMS Crypto SSL)
+  string(TOLOWER ${library} name)
+  add_library(quarry_${name} INTERFACE)
+  add_library(quarry::${name} ALIAS quarry_${name})
+  target_link_libraries(quarry_${name} INTERFACE
+    "$<IF:${openssl_archives},quarry::${name}_archive,OpenSSL::${library}>")
+endforeach()
+unset(openssl_archives)
+
 quarry_archive(z libz.a)
 quarry_archive(sqlite3 libsqlite3.a quarry::z m Threads::Threads ${CMAKE_DL_LIBS})
 quarry_archive(yaml-cpp libyaml-cpp.a)
