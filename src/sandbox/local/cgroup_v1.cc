@@ -166,9 +166,10 @@ class CgroupV1 final : public CgroupDriver {
   }
 
   Result<void> remove_sandbox(std::string_view sandbox) override {
-    for (const auto& root : hierarchies_) {
-      RETURN_IF_ERROR(kill_subtree(root / parent_ / sandbox));
-    }
+    // Every process of the sandbox is in its memory cgroup's subtree (init, the commands and
+    // the proxy join every hierarchy, and only the host moves them): killed there, they are
+    // gone from all. remove_tree kills whatever it still finds in a cgroup it removes.
+    RETURN_IF_ERROR(kill_subtree(roots_.memory / parent_ / sandbox));
     for (const auto& root : hierarchies_) {
       RETURN_IF_ERROR(cgroup_files::remove_tree(root / parent_ / sandbox));
     }
