@@ -4,8 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <random>
-
+#include "common/random_id.h"
 #include "common/unique_fd.h"
 
 namespace quarry {
@@ -46,7 +45,7 @@ Result<void> write_all(int fd, std::string_view content, const std::filesystem::
 Result<void> write_file_atomic(const std::filesystem::path& path, std::string_view content,
                                mode_t mode) {
   std::filesystem::path temp = path;
-  temp += fmt::format(".tmp{}", std::random_device{}());
+  temp += fmt::format(".tmp{:x}", random_bits());
   {
     UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
     if (!fd) return errno_error("create '{}'", temp.string());

@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 #include <openssl/rand.h>
 
-#include <cstdint>
-#include <random>
 #include <stdexcept>
 
 #include "common/hex.h"
@@ -12,9 +10,7 @@
 namespace quarry {
 
 std::string random_id() {
-  std::random_device random;
-  uint64_t bits = (static_cast<uint64_t>(random()) << 32) | random();
-  return fmt::format("{:012x}", bits & 0xffffffffffffULL);
+  return fmt::format("{:012x}", random_bits() & 0xffffffffffffULL);
 }
 
 std::string random_secret() {

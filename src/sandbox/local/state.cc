@@ -7,9 +7,9 @@
 
 #include <cctype>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "common/file_util.h"
+#include "common/random_id.h"
 #include "common/unique_fd.h"
 #include "sandbox/local/image.h"
 
@@ -160,9 +160,8 @@ std::filesystem::path claim_path(const std::filesystem::path& state_dir, uint32_
 
 Result<uint32_t> StateStore::claim_id_range(std::string_view id) const {
   RETURN_IF_ERROR(make_directories(state_dir_ / "id-ranges", 0700));
-  std::random_device random;
   for (int attempt = 0; attempt < 64; ++attempt) {
-    const uint32_t slot = 1 + random() % kIdRanges;
+    const uint32_t slot = 1 + random_bits() % kIdRanges;
     const uint32_t base = kSandboxIdBase + slot * kSandboxIdCount;
     const auto path = claim_path(state_dir_, base);
     UniqueFd claim(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
