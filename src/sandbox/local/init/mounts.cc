@@ -43,7 +43,11 @@ constexpr Device kDevices[] = {
 };
 
 // Everything init creates belongs to the sandbox's root (host id `owner`), as the image does.
+// What already does is left alone: changing what the image has copies it up into the
+// writable layer, a write to the sandbox's disk for nothing.
 Result<void> give_to_root(const std::string& path, uid_t owner) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) == 0 && info.st_uid == owner && info.st_gid == owner) return {};
   if (::lchown(path.c_str(), owner, owner) != 0) return errno_error("lchown('{}')", path);
   return {};
 }
@@ -198,6 +202,8 @@ Result<void> mount_root_filesystem(const protocol::Setup& setup,
   RETURN_IF_ERROR(mask_proc(root));
   RETURN_IF_ERROR(mount_cgroups(root, setup));
   RETURN_IF_ERROR(make_dir(root + "/tmp", 01777));
+  struct stat tmp {};
+  if (::stat((root + "/tmp").c_str(), &tmp) == 0 && (tmp.st_mode & 07777) == 01777) return {};
   if (::chmod((root + "/tmp").c_str(), 01777) != 0) return errno_error("chmod('{}/tmp')", root);
   return {};
 }
@@ -215,6 +221,8 @@ Result<void> make_user_directories(const protocol::Setup& setup) {
       current += "/" + part.string();
       RETURN_IF_ERROR(make_dir(setup.root_dir + current, 0755));
     }
+    struct stat info {};
+    if (::stat(path.c_str(), &info) == 0 && info.st_uid == owner && info.st_gid == group) continue;
     if (::chown(path.c_str(), owner, group) != 0) return errno_error("chown('{}')", path.string());
   }
   return {};
