@@ -229,23 +229,22 @@ TEST_F(FakeCgroupTree, V1ThrottlesWithBlkioAndLimitsHugetlbInTheUnifiedHierarchy
   make_cgroup(paths.memory / "quarry/sb1", {"cgroup.procs", "memory.limit_in_bytes"});
   make_cgroup(paths.cpu / "quarry/sb1", {"cgroup.procs", "cpu.cfs_period_us", "cpu.cfs_quota_us"});
   make_cgroup(paths.pids / "quarry/sb1", {"cgroup.procs", "pids.max"});
-  make_cgroup(paths.blkio / "quarry/sb1/init",
+  make_cgroup(paths.cpuacct / "quarry/sb1", {"cgroup.procs"});
+  make_cgroup(paths.blkio / "quarry/sb1",
               {"cgroup.procs", "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
                "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"});
   make_cgroup(paths.unified_hugetlb, {"cgroup.subtree_control"});
   make_cgroup(paths.unified_hugetlb / "quarry", {"cgroup.subtree_control"});
   make_cgroup(paths.unified_hugetlb / "quarry/sb1",
               {"cgroup.procs", "hugetlb.2MB.max", "hugetlb.2MB.rsvd.max"});
-  for (const auto& hierarchy :
-       {paths.memory, paths.cpu, paths.cpuacct, paths.pids, paths.unified_hugetlb}) {
-    make_cgroup(hierarchy / "quarry/sb1/init", {"cgroup.procs"});
-  }
   auto driver = make_cgroup_v1(paths, "quarry");
   EXPECT_EQ(driver->optional_controllers(),
             (std::vector<std::string>{"blkio", "hugetlb (cgroup2)"}));
   CgroupLimits limits{kGiB, 1, 64, {{makedev(7, 3), 256 * kMiB, 0, 4000, 4000}}};
-  ASSERT_TRUE(driver->create_sandbox("sb1", limits));
-  auto blkio = paths.blkio / "quarry/sb1/init";  // v1 throttling is not hierarchical
+  auto created = driver->create_sandbox("sb1", limits);
+  ASSERT_TRUE(created) << created.error().message;
+  // v1 throttling is not hierarchical: the rules are where init and the commands are.
+  auto blkio = paths.blkio / "quarry/sb1";
   EXPECT_EQ(read(blkio / "blkio.throttle.read_bps_device"), "7:3 268435456");
   EXPECT_EQ(read(blkio / "blkio.throttle.write_bps_device"), "");  // 0: no limit
   EXPECT_EQ(read(blkio / "blkio.throttle.read_iops_device"), "7:3 4000");
@@ -254,10 +253,12 @@ TEST_F(FakeCgroupTree, V1ThrottlesWithBlkioAndLimitsHugetlbInTheUnifiedHierarchy
   EXPECT_EQ(read(paths.unified_hugetlb / "quarry/cgroup.subtree_control"), "+hugetlb");
   EXPECT_EQ(read(paths.unified_hugetlb / "quarry/sb1/hugetlb.2MB.max"), "0");
   EXPECT_EQ(read(paths.unified_hugetlb / "quarry/sb1/hugetlb.2MB.rsvd.max"), "0");
-  // init is in the sandbox's cgroup of every hierarchy, the unified one too.
+  // init is in the sandbox's cgroup of every hierarchy, the unified one too, and stays there.
+  ASSERT_TRUE(driver->enter_sandbox("sb1", 77));
   ASSERT_TRUE(driver->enter_init("sb1", 77));
-  EXPECT_EQ(read(paths.blkio / "quarry/sb1/init/cgroup.procs"), "77");
-  EXPECT_EQ(read(paths.unified_hugetlb / "quarry/sb1/init/cgroup.procs"), "77");
+  EXPECT_EQ(read(blkio / "cgroup.procs"), "77");
+  EXPECT_EQ(read(paths.unified_hugetlb / "quarry/sb1/cgroup.procs"), "77");
+  EXPECT_FALSE(std::filesystem::exists(paths.unified_hugetlb / "quarry/sb1/init"));
 }
 
 TEST_F(FakeCgroupTree, V2ReadsExecCountersFromTheExecCgroup) {
@@ -287,9 +288,6 @@ TEST_F(FakeCgroupTree, V1CreateWritesEachHierarchy) {
   make_cgroup(paths.cpu / "quarry/sb1", {"cgroup.procs", "cpu.cfs_period_us", "cpu.cfs_quota_us"});
   make_cgroup(paths.cpuacct / "quarry/sb1", {"cgroup.procs"});
   make_cgroup(paths.pids / "quarry/sb1", {"cgroup.procs", "pids.max"});
-  for (const auto& hierarchy : {paths.memory, paths.cpu, paths.cpuacct, paths.pids}) {
-    make_cgroup(hierarchy / "quarry/sb1/init", {"cgroup.procs"});
-  }
   auto driver = make_cgroup_v1(paths, "quarry");
   ASSERT_TRUE(driver->create_sandbox("sb1", {kGiB, 0.5, 100, {}}));
   EXPECT_EQ(read(paths.memory / "quarry/sb1/memory.limit_in_bytes"), std::to_string(kGiB));
@@ -298,9 +296,12 @@ TEST_F(FakeCgroupTree, V1CreateWritesEachHierarchy) {
   EXPECT_EQ(read(paths.cpu / "quarry/sb1/cpu.cfs_quota_us"), "50000");
   EXPECT_EQ(read(paths.cpu / "quarry/sb1/cpu.cfs_period_us"), "100000");
   EXPECT_EQ(read(paths.pids / "quarry/sb1/pids.max"), "100");
+  // v1 allows processes beside child cgroups: init stays in <sandbox>, with no leaf of its own.
+  ASSERT_TRUE(driver->enter_sandbox("sb1", 77));
   ASSERT_TRUE(driver->enter_init("sb1", 77));
   for (const auto& hierarchy : {paths.memory, paths.cpu, paths.cpuacct, paths.pids}) {
-    EXPECT_EQ(read(hierarchy / "quarry/sb1/init/cgroup.procs"), "77");
+    EXPECT_EQ(read(hierarchy / "quarry/sb1/cgroup.procs"), "77");
+    EXPECT_FALSE(std::filesystem::exists(hierarchy / "quarry/sb1/init"));
   }
 }
 

@@ -6,7 +6,7 @@
 //   <root>/quarry/<sandbox>/          limits: memory (no swap), cpu quota, pids; where the
 //                                     host has the controllers, io on the sandbox volume and
 //                                     hugetlb (0: no huge pages)
-//   <root>/quarry/<sandbox>/init      the sandbox's init process
+//   <root>/quarry/<sandbox>/init      v2: the sandbox's init process (v1 keeps it in <sandbox>)
 //   <root>/quarry/<sandbox>/<exec>    one exec's process tree: peak memory, OOM kills, CPU time
 //   <root>/quarry/<sandbox>/proxy     its network proxy (network.mode allowlist), made like an
 //                                     exec's but not one: commands are never stopped there
@@ -64,11 +64,12 @@ class CgroupDriver {
 
   virtual std::string_view version() const = 0;  // "v1" or "v2"
 
-  // Creates <sandbox> with its limits and the empty init leaf.
+  // Creates <sandbox> with its limits (v2: and the empty init leaf).
   virtual Result<void> create_sandbox(std::string_view sandbox, const CgroupLimits& limits) = 0;
   // Moves `pid` into <sandbox> itself (so a cgroup namespace created now is rooted there).
   virtual Result<void> enter_sandbox(std::string_view sandbox, pid_t pid) = 0;
-  // Moves `pid` into <sandbox>/init and makes <sandbox> ready for exec children.
+  // Makes <sandbox> ready for exec children. v2 moves `pid` into <sandbox>/init first: a
+  // cgroup that delegates controllers may hold no process. v1 has no such rule.
   virtual Result<void> enter_init(std::string_view sandbox, pid_t pid) = 0;
 
   // Creates <sandbox>/<exec> with the sandbox's limits repeated on it (so a program reading its

@@ -54,7 +54,6 @@ class CgroupV1 final : public CgroupDriver {
     for (const auto& root : hierarchies_) {
       RETURN_IF_ERROR(make_cgroup(root / parent_));
       RETURN_IF_ERROR(make_cgroup(root / parent_ / sandbox));
-      RETURN_IF_ERROR(make_cgroup(root / parent_ / sandbox / "init"));
     }
     RETURN_IF_ERROR(set_limits(std::filesystem::path(parent_) / sandbox, limits));
     RETURN_IF_ERROR(write_control_file(roots_.pids / parent_ / sandbox / "pids.max",
@@ -62,7 +61,7 @@ class CgroupV1 final : public CgroupDriver {
     if (!roots_.blkio.empty()) {
       // v1 throttles each cgroup by its own rules only, not its parent's: the rules go where
       // the sandbox's processes are (exec cgroups are not made in this hierarchy).
-      auto blkio = roots_.blkio / parent_ / sandbox / "init";
+      auto blkio = roots_.blkio / parent_ / sandbox;
       for (const auto& limit : limits.io) {
         const std::pair<const char*, uint64_t> throttles[] = {
             {"blkio.throttle.read_bps_device", limit.read_bps},
@@ -97,13 +96,10 @@ class CgroupV1 final : public CgroupDriver {
     return {};
   }
 
-  Result<void> enter_init(std::string_view sandbox, pid_t pid) override {
-    for (const auto& root : hierarchies_) {
-      RETURN_IF_ERROR(write_control_file(root / parent_ / sandbox / "init" / "cgroup.procs",
-                                         std::to_string(pid)));
-    }
-    return {};
-  }
+  // v1 lets a cgroup hold processes beside child cgroups, so init stays in <sandbox>: no
+  // leaf to make, move it into and remove in each hierarchy. (A hybrid host's unified
+  // hierarchy, hugetlb only, delegates nothing below <sandbox>, which the rule needs.)
+  Result<void> enter_init(std::string_view, pid_t) override { return {}; }
 
   Result<std::vector<UniqueFd>> create_exec(std::string_view sandbox, std::string_view exec,
                                             const CgroupLimits& limits) override {
