@@ -38,7 +38,8 @@ if [[ -n $before ]]; then
   if [[ ! -x $dir/build/src/quarry ]]; then
     rm -rf "$dir" && mkdir -p "$dir"
     git archive "$rev" | tar -x -C "$dir"
-    cmake -S "$dir" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    use_ccache "$PWD/$dir"
+    cmake -S "$dir" -B "$dir/build" -G Ninja "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DQUARRY_BUILD_BENCH=OFF >/dev/null
     cmake --build "$dir/build" --target quarry quarry-init >/dev/null
   fi
