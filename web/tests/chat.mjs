@@ -112,6 +112,7 @@ await run(async (browser) => {
   await page.getByRole("button", { name: "Collapse all" }).click();
   await countIs(turn.locator("details.step[open]"), 0); // also the one opened by hand
   await page.getByRole("button", { name: "Expand all" }).click();
+  await countIs(turn.locator("details.step[open]"), 4); // opened by an effect after the click
 
   // SQL and Python highlighted.
   const sql = query.locator(".code-block code");
@@ -168,7 +169,10 @@ await run(async (browser) => {
   await page.reload();
   const reloaded = await turnEnded(page, 1);
   await page.getByRole("button", { name: "Expand all" }).click();
-  assert.match(await reloaded.locator("details.step").nth(1).locator(".output-cut").innerText(), /sandbox\.output_limit/);
+  // The steps open in an effect after the click's render: wait for it, as a reader would.
+  const reloadedCut = reloaded.locator("details.step").nth(1).locator(".output-cut");
+  await reloadedCut.waitFor({ state: "visible" });
+  assert.match(await reloadedCut.innerText(), /sandbox\.output_limit/);
   assert.equal(await color(reloaded.locator("details.step").nth(2).locator("pre.stderr")), kRed);
   assert.match(await reloaded.locator("details.step").nth(3).locator("pre.result").innerText(), /Timed out/);
 
