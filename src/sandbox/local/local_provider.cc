@@ -497,10 +497,8 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
     (void)kill_and_reap(init.pidfd.get());
     return std::unexpected(saved.error());
   }
-  if (auto made = cgroups_made.get(); !made) {
-    (void)kill_and_reap(init.pidfd.get());
-    return std::unexpected(made.error());
-  }
+  // From here the record names init: the rollback's destroy() kills and reaps it.
+  RETURN_IF_ERROR(cgroups_made.get());
   RETURN_IF_ERROR(cgroups_->enter_sandbox(id, init.pid));
 
   protocol::Setup setup;

@@ -42,14 +42,24 @@ constexpr Device kDevices[] = {
     {"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9},
 };
 
-// Everything init creates belongs to the sandbox's root (host id `owner`), as the image does.
-// What already does is left alone: changing what the image has copies it up into the
-// writable layer, a write to the sandbox's disk for nothing.
-Result<void> give_to_root(const std::string& path, uid_t owner) {
+// Gives `path` (with AT_SYMLINK_NOFOLLOW in `flags`: the link itself) to `user` and `group`,
+// unless it is theirs already: changing what the image has copies it up into the writable
+// layer, a write to the sandbox's disk for nothing.
+Result<void> give_to(const std::string& path, uid_t user, gid_t group, int flags) {
   struct stat info {};
-  if (::lstat(path.c_str(), &info) == 0 && info.st_uid == owner && info.st_gid == owner) return {};
-  if (::lchown(path.c_str(), owner, owner) != 0) return errno_error("lchown('{}')", path);
+  if (::fstatat(AT_FDCWD, path.c_str(), &info, flags) == 0 && info.st_uid == user &&
+      info.st_gid == group) {
+    return {};
+  }
+  if (::fchownat(AT_FDCWD, path.c_str(), user, group, flags) != 0) {
+    return errno_error("chown('{}')", path);
+  }
   return {};
+}
+
+// Everything init creates belongs to the sandbox's root (host id `owner`), as the image does.
+Result<void> give_to_root(const std::string& path, uid_t owner) {
+  return give_to(path, owner, owner, AT_SYMLINK_NOFOLLOW);
 }
 
 Result<void> make_dev(const std::string& dev, uid_t owner) {
@@ -221,9 +231,7 @@ Result<void> make_user_directories(const protocol::Setup& setup) {
       current += "/" + part.string();
       RETURN_IF_ERROR(make_dir(setup.root_dir + current, 0755));
     }
-    struct stat info {};
-    if (::stat(path.c_str(), &info) == 0 && info.st_uid == owner && info.st_gid == group) continue;
-    if (::chown(path.c_str(), owner, group) != 0) return errno_error("chown('{}')", path.string());
+    RETURN_IF_ERROR(give_to(path.string(), owner, group, 0));
   }
   return {};
 }
