@@ -18,6 +18,8 @@ await run(async (browser) => {
   const waiting = tab.locator("li.turn[data-turn='1'] .sandbox-event.queued");
   await waiting.waitFor();
   assert.match(await waiting.innerText(), /Every sandbox is in use: this turn waits for one \(place 1 of 1 waiting\)/);
+  // The turn named the conversation when it started: the heading says so, as the list does.
+  await tab.locator("header.conversation-head h1", { hasText: "print('my turn')" }).waitFor({ timeout: 5000 });
   await screenshot(tab, "capacity-waiting", tab.locator("li.turn[data-turn='1']"));
 
   const ran = await turnEnded(tab, 1);

@@ -2,7 +2,7 @@
 // also where "edit and run again" puts a step's code or the last question.
 import { useEffect, useMemo, useState } from "preact/hooks";
 
-import { deleteConversation, info, refreshConversations } from "../app";
+import { conversations, deleteConversation, info, refreshConversations } from "../app";
 import type { CellKind } from "../api";
 import { ConversationController } from "../conversation";
 import { useStore } from "../store";
@@ -14,6 +14,9 @@ export function ConversationPage({ id }: { id: string }) {
   const controller = useMemo(() => new ConversationController(id, () => void refreshConversations()), [id]);
   const state = useStore(controller.state);
   const server = useStore(info);
+  // The first turn names the conversation; the list hears of it when the turn starts, this page's
+  // record only when it ends.
+  const listed = useStore(conversations).list.find((conversation) => conversation.id === id);
   const [draft, setDraft] = useState<Draft | null>(null);
   // Expand all / Collapse all: each press is a new request, so pressing it again after opening or
   // closing steps by hand applies it again.
@@ -51,7 +54,7 @@ export function ConversationPage({ id }: { id: string }) {
   return (
     <section class="conversation" aria-busy={state.running}>
       <header class="conversation-head">
-        <h1>{state.detail?.title || "New conversation"}</h1>
+        <h1>{state.detail?.title || listed?.title || "New conversation"}</h1>
         <div class="actions">
           <button class="link" onClick={() => setExpanded({ open: true, at: Date.now() })}>
             Expand all

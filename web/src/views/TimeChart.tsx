@@ -33,24 +33,28 @@ export function TimeChart({ title, execs, series }: { title: string; execs: Exec
   useEffect(() => {
     const container = element.current;
     if (!container) return;
-    const data: uPlot.AlignedData = [
-      execs.map((exec) => Date.parse(exec.started_at) / 1000),
-      ...series.map((s) => execs.map((exec) => s.value(exec))),
-    ];
+    const times = execs.map((exec) => Date.parse(exec.started_at) / 1000);
+    // Time padded so no step sits on an edge; steps all at one moment get a minute around it
+    // (uPlot would show a day from it).
+    const first = Math.min(...times);
+    const last = Math.max(...times);
+    const pad = first === last ? 30 : Math.max((last - first) * 0.05, 30);
+    const span: [number, number] = [first - pad, last + pad];
+    // A limit is a line from edge to edge, not only between the first step and the last: it has
+    // a value at both edges, where the steps' series have none.
+    const edge = (s: Series, exec: Exec) => (s.line ? s.value(exec) : null);
+    const data: uPlot.AlignedData =
+      execs.length === 0
+        ? [[], ...series.map(() => [])]
+        : [
+            [span[0], ...times, span[1]],
+            ...series.map((s) => [edge(s, execs[0]), ...execs.map((exec) => s.value(exec)), edge(s, execs[execs.length - 1])]),
+          ];
     const secondScale = series.find((s) => s.scale)?.scale;
-    // From zero, with room above the highest point; time padded so no step sits on an edge.
+    // From zero, with room above the highest point.
     const fromZero: uPlot.Scale.Range = (_chart, _min, max) => [0, max > 0 ? max * 1.15 : 1];
     const scales: uPlot.Scales = {
-      x: {
-        time: true,
-        range: (_chart, min, max) => {
-          // Steps all at one moment: a minute around it (uPlot would show a day from it).
-          const times = data[0];
-          if (times.length > 0 && times[0] === times[times.length - 1]) return [times[0] - 30, times[0] + 30];
-          const pad = Math.max((max - min) * 0.05, 30);
-          return [min - pad, max + pad];
-        },
-      },
+      x: { time: true, range: (_chart, min, max) => (execs.length > 0 ? span : [min, max]) },
       y: { range: fromZero },
     };
     if (secondScale) scales[secondScale] = { range: fromZero };
