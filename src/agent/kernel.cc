@@ -123,12 +123,17 @@ Result<KernelStep> PythonKernel::run(conversation::LazySandbox& sandbox, const K
   if (reply.is_object() && reply.value("type", "") == "done") {
     const std::string status = reply.value("status", "error");
     exec.exit_code = status == "ok" ? 0 : 1;
-    // The kernel's own clock for the code: the rest of the step is quarry's overhead. (Only
-    // the time it could have taken: what the sandbox says is not taken on trust.)
+    // The kernel's own clocks for the code: the rest of the step, its framing and its answer,
+    // is quarry's overhead, and the CPU time is of the same stretch as the run time. (Only what
+    // the code could have taken: what the sandbox says is not taken on trust.)
     if (auto kernel_ms = reply.find("run_ms"); kernel_ms != reply.end() && kernel_ms->is_number()) {
       const double total = exec.run_ms + exec.overhead_ms;
       exec.run_ms = std::clamp(kernel_ms->get<double>(), 0.0, exec.run_ms);
       exec.overhead_ms = total - exec.run_ms;
+    }
+    if (auto kernel_cpu = reply.find("cpu_ms");
+        kernel_cpu != reply.end() && kernel_cpu->is_number()) {
+      exec.cpu_ms = std::clamp(kernel_cpu->get<double>(), 0.0, exec.cpu_ms);
     }
     if (exec.timed_out) {
       exec.message = fmt::format(

@@ -6,7 +6,7 @@ socket are a 4-byte little-endian length, then UTF-8 JSON. Requests:
   {"type": "run", "code", "filename", "output_dir", "step"}
                                              -> {"type": "done", "status": "ok" | "error" |
                                                  "interrupted", "error", "figures", "names",
-                                                 "run_ms"}
+                                                 "run_ms", "cpu_ms"}
   {"type": "interrupt"}                      (no answer: the running step gets
                                               KeyboardInterrupt)
 The code's output goes to stdout and stderr as it is written, like any command's; a step's
@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import queue
+import resource
 import signal
 import struct
 import sys
@@ -163,13 +164,19 @@ def print_traceback():
     traceback.print_exception(kind, value, trace)
 
 
+def cpu_seconds():
+    """The CPU time of this process's threads and of the children it has waited for."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def run(request, namespace):
     code, filename = request["code"], request.get("filename") or "<cell>"
     # Tracebacks show the lines of the step.
     import linecache
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     status, error = "ok", None
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     running.set()
     try:
         tree = ast.parse(code, filename)
@@ -191,11 +198,12 @@ def run(request, namespace):
     finally:
         running.clear()
     run_ms = (time.perf_counter() - started) * 1000
+    cpu_ms = (cpu_seconds() - cpu_started) * 1000
     figures = save_figures(request.get("output_dir", "."), str(request.get("step", "")))
     sys.stdout.flush()
     sys.stderr.flush()
     return {"type": "done", "status": status, "error": error, "figures": figures,
-            "names": held_names(namespace), "run_ms": run_ms}
+            "names": held_names(namespace), "run_ms": run_ms, "cpu_ms": cpu_ms}
 
 
 def main():
@@ -222,7 +230,7 @@ def main():
                 send({"type": "error", "error": f"unknown request {request.get('type')!r}"})
         except KeyboardInterrupt:  # after the step's code: the answer goes out anyway
             send({"type": "done", "status": "interrupted", "error": "KeyboardInterrupt",
-                  "figures": [], "names": held_names(module.__dict__), "run_ms": 0})
+                  "figures": [], "names": held_names(module.__dict__), "run_ms": 0, "cpu_ms": 0})
 
 
 main()
