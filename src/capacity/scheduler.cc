@@ -440,10 +440,22 @@ bool Scheduler::ask_elsewhere_for(Lock& lock, const std::vector<const Waiter*>& 
   return true;
 }
 
-bool Scheduler::evict_for_elsewhere(const std::string& user) {
+bool Scheduler::evict_for_elsewhere(const std::string& user, const std::function<bool()>& claim) {
+  const std::string* of = user.empty() ? nullptr : &user;
   Lock lock(mutex_);
-  if (!evict_ || evicting_ || stopping_) return false;
-  auto victim = least_recently_idle(user.empty() ? nullptr : &user);
+  if (!evict_ || evicting_ || stopping_ || least_recently_idle(of) == leases_.end()) return false;
+  if (claim) {
+    // Unlocked, as an eviction in progress: no other starts meanwhile. The victim is chosen
+    // after it, as a turn may have taken this one.
+    evicting_ = true;
+    lock.unlock();
+    const bool mine = claim();
+    lock.lock();
+    evicting_ = false;
+    changed_.notify_all();
+    if (!mine || stopping_) return false;
+  }
+  auto victim = least_recently_idle(of);
   if (victim == leases_.end()) return false;
   return evict(lock, victim);
 }

@@ -18,8 +18,9 @@
 // Servers sharing one history (share_limits) count each other's sandboxes too: each new sandbox
 // first takes a place in SharedPlaces, which the limits must leave room for across every
 // server, and a waiter looks at the others' places again while it waits. A waiter that only
-// the others' sandboxes stand in the way of asks them for room (AskElsewhere), and each of them
-// evicts its least recently used idle sandbox (evict_for_elsewhere).
+// the others' sandboxes stand in the way of asks them for room (AskElsewhere), and one of them,
+// the first to claim the request, evicts its least recently used idle sandbox
+// (evict_for_elsewhere).
 #pragma once
 
 #include <chrono>
@@ -169,7 +170,9 @@ class Scheduler {
   void share_limits(SharedPlaces& places, std::string server, AskElsewhere ask = {});
   // Another server's waiter needs room (its AskElsewhere): evicts this server's least recently
   // used idle sandbox (of `user`, unless empty), recorded as any eviction. Whether it did.
-  bool evict_for_elsewhere(const std::string& user);
+  // `claim`, when given, is asked first if there is such a sandbox, without the lock: false when
+  // another server answers the request (nothing is evicted here).
+  bool evict_for_elsewhere(const std::string& user, const std::function<bool()>& claim = {});
 
   // Stops the pool and destroys its warm sandboxes. Returns how many.
   int shutdown();

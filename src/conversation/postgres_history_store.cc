@@ -252,12 +252,22 @@ CREATE TABLE artifact_contents (
   artifact_id bigint PRIMARY KEY REFERENCES artifacts(id) ON DELETE CASCADE,
   content bytea NOT NULL
 );
+)sql"},
+                                                     {9, R"sql(
+-- Requests for room (request_room): every other server hears each, and the one that deletes its
+-- row (claim_room) evicts, so one request costs one idle sandbox, not one on every server.
+CREATE TABLE room_requests (
+  id bigserial PRIMARY KEY,
+  server text COLLATE "C" NOT NULL,
+  user_name text NOT NULL,
+  asked_at bigint NOT NULL
+);
 )sql"}};
 
 // The tables of the schema: one of them without schema_version is another application's.
 constexpr std::string_view kTables =
     "{schema_version,conversations,turns,messages,events,execs,artifacts,sandbox_references,"
-    "stream_events,servers,sandbox_places,artifact_contents}";
+    "stream_events,servers,sandbox_places,artifact_contents,room_requests}";
 
 // A 64-bit advisory lock key from a name.
 int64_t advisory_key(std::string_view name) {
@@ -270,7 +280,7 @@ int64_t advisory_key(std::string_view name) {
 // The channels of NOTIFY: stream events recorded, and cancels asked through any server.
 constexpr std::string_view kStreamEventsChannel = "quarry_stream_events";
 constexpr std::string_view kCancelsChannel = "quarry_turn_cancels";
-constexpr std::string_view kRoomChannel = "quarry_room_wanted";
+constexpr std::string_view kRoomChannel = "quarry_room_requests";
 constexpr std::string_view kDeletedChannel = "quarry_conversations_deleted";
 
 // Serialises the migrations of every server opening the same database.
@@ -1089,12 +1099,16 @@ class StreamEventChannel final : public Subscription {
     listeners_.on_cancel(std::string(payload.substr(0, space)), turn);
   }
 
-  // "<asking server> <user>" (the user may be empty) to the room listener.
+  // "<request id> <asking server> <user>" (the user may be empty) to the room listener.
   void deliver_room(std::string_view payload) {
-    const auto space = payload.find(' ');
-    if (space == std::string_view::npos || !listeners_.on_room) return;
-    listeners_.on_room(std::string(payload.substr(0, space)),
-                       std::string(payload.substr(space + 1)));
+    const auto first = payload.find(' ');
+    const auto second = payload.find(' ', first == std::string_view::npos ? first : first + 1);
+    if (second == std::string_view::npos || !listeners_.on_room) return;
+    RoomRequest request;
+    std::from_chars(payload.data(), payload.data() + first, request.id);
+    request.server = payload.substr(first + 1, second - first - 1);
+    request.user = payload.substr(second + 1);
+    listeners_.on_room(request);
   }
 
   const std::string url_;
@@ -1107,6 +1121,8 @@ namespace {
 
 // The database's clock in Unix milliseconds, so every server measures heartbeats alike.
 constexpr std::string_view kNowMs = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+// How long a request for room may be claimed: its turn asks again every second while it waits.
+constexpr int64_t kRoomRequestLifetimeMs = 60'000;
 
 }  // namespace
 
@@ -1270,10 +1286,27 @@ Result<void> PostgresHistoryStore::request_cancel(std::string_view conversation_
 }
 
 Result<void> PostgresHistoryStore::request_room(std::string_view server, std::string_view user) {
-  RETURN_IF_ERROR(run(*connections_, "asking the other servers for room",
-                      fmt::format("SELECT pg_notify('{}', $1)", kRoomChannel),
-                      {text(fmt::format("{} {}", server, user))}));
+  // The requests of a minute ago go as this one is recorded; the notice names its row.
+  RETURN_IF_ERROR(run(
+      *connections_, "asking the other servers for room",
+      fmt::format("WITH expired AS (DELETE FROM room_requests WHERE asked_at < {0} - {1}), "
+                  "asked AS (INSERT INTO room_requests (server, user_name, asked_at) VALUES "
+                  "($1::text, $2::text, {0}) RETURNING id) "
+                  "SELECT pg_notify('{2}', id || ' ' || $1::text || ' ' || $2::text) FROM asked",
+                  kNowMs, kRoomRequestLifetimeMs, kRoomChannel),
+      {text(server), text(user)}));
   return {};
+}
+
+Result<bool> PostgresHistoryStore::claim_room(int64_t id) {
+  // One DELETE: of servers claiming at once, only one finds the row.
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "claiming a request for room",
+                       fmt::format("DELETE FROM room_requests WHERE id = $1 AND asked_at >= {} - "
+                                   "{} RETURNING id",
+                                   kNowMs, kRoomRequestLifetimeMs),
+                       {number(id)}));
+  return PQntuples(result.get()) > 0;
 }
 
 Result<std::unique_ptr<Subscription>> PostgresHistoryStore::listen(Listeners listeners) {

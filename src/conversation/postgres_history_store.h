@@ -54,7 +54,7 @@ class PostgresHistoryStore final : public HistoryStore,
   // a shared history has, so from there the two numbers go their own ways; 7 adds the servers'
   // sandbox places, 8 keeps artifacts' bytes (artifact_contents), so any server can serve what
   // another collected.
-  static constexpr int kSchemaVersion = 8;
+  static constexpr int kSchemaVersion = 9;
   // Calls running on the database at once (each on a connection of its own).
   static constexpr size_t kMaxConnections = 8;
 
@@ -116,6 +116,7 @@ class PostgresHistoryStore final : public HistoryStore,
   Result<void> taken_over(const TakeOver& claim) override;
   Result<void> request_cancel(std::string_view conversation_id, int turn) override;
   Result<void> request_room(std::string_view server, std::string_view user) override;
+  Result<bool> claim_room(int64_t id) override;
   Result<std::unique_ptr<Subscription>> listen(Listeners listeners) override;
 
   capacity::SharedPlaces* places() override { return this; }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -42,10 +43,16 @@ using StreamEventListener = std::function<void(const std::string&, int, int64_t)
 // Called with (conversation id, turn) of each cancel asked through any server, on the same
 // thread.
 using CancelListener = std::function<void(const std::string&, int)>;
-// Called with (asking server's boot id, user) when a turn waiting on that server needs room
-// that only the others' sandboxes take (Scheduler's AskElsewhere), on the same thread: evict an
-// idle sandbox, of that user unless empty.
-using RoomListener = std::function<void(const std::string&, const std::string&)>;
+// A turn waiting on `server` needs room that only the others' sandboxes take (Scheduler's
+// AskElsewhere): an idle sandbox of `user` (anyone's when empty) should go, on one server only.
+struct RoomRequest {
+  int64_t id = 0;  // for claim_room
+  std::string server;
+  std::string user;
+};
+// Called with each request for room, on the same thread: a server that has an idle sandbox to
+// evict for it claims the request first (claim_room) and evicts only if the claim is its.
+using RoomListener = std::function<void(const RoomRequest&)>;
 // Called with the id of each conversation deleted through any server (this one's too), on the
 // same thread: what a server keeps of it outside the history (its artifacts' files) can go.
 using DeletedListener = std::function<void(const std::string&)>;
@@ -91,9 +98,12 @@ class ServerRegistry {
   // only the cancels of its own turns; none when the turn has ended meanwhile).
   virtual Result<void> request_cancel(std::string_view conversation_id, int turn) = 0;
 
-  // Asks every other server to evict an idle sandbox for a turn waiting on `server` (of `user`,
-  // unless empty).
+  // Asks the other servers to evict an idle sandbox for a turn waiting on `server` (of `user`,
+  // unless empty): every one hears the request, the one that claims it first evicts.
   virtual Result<void> request_room(std::string_view server, std::string_view user) = 0;
+  // Of the servers claiming request `id` at once, exactly one gets true; the others, and any
+  // claim after a minute (the turn has asked again since), false.
+  virtual Result<bool> claim_room(int64_t id) = 0;
 
   // Calls the listeners with the stream events recorded from now on, the cancels asked, the
   // requests for room (every server's, this one's too) and the conversations deleted, until the

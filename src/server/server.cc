@@ -160,9 +160,18 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
       // Another server's turn, or one ended meanwhile: nothing to do.
       (void)turns.cancel(conversation_id, "cancelled by the user", turn);
     };
-    listeners.on_room = [&manager](const std::string& server, const std::string& user) {
-      // On this thread: an eviction takes a sandbox's destroy.
-      if (server != manager.boot_id()) (void)manager.scheduler().evict_for_elsewhere(user);
+    listeners.on_room = [&manager, registry](const conversation::RoomRequest& request) {
+      // On this thread: an eviction takes a sandbox's destroy. Only the server that claims the
+      // request evicts, so it costs one sandbox however many servers hear it.
+      if (request.server == manager.boot_id()) return;
+      (void)manager.scheduler().evict_for_elsewhere(request.user, [&] {
+        auto claimed = registry->claim_room(request.id);
+        if (!claimed) {
+          spdlog::warn("could not answer another server's request for room: {}",
+                       claimed.error().message);
+        }
+        return claimed && *claimed;
+      });
     };
     listeners.on_deleted = [artifacts = options.state_dir / "artifacts"](const std::string& id) {
       if (auto removed = conversation::remove_artifacts(artifacts, id); !removed) {

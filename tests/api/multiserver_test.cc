@@ -3,7 +3,8 @@
 // middle of a turn a live one takes over what it left (its sandbox destroyed, its turn recorded
 // interrupted) and the conversation goes on through the others; an artifact one server
 // collected is served by another that has a state directory of its own; the capacity limits
-// hold across the servers and a cancel works through any of them. No sandbox is left behind.
+// hold across the servers (a turn waiting for room costs one idle sandbox elsewhere, however many
+// servers there are) and a cancel works through any of them. No sandbox is left behind.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -64,6 +65,16 @@ std::vector<sandbox::SandboxInfo> sandboxes(const sandbox::Labels& labels) {
   auto found = SandboxEnvironment::get().provider().find(labels);
   EXPECT_TRUE(found) << found.error().message;
   return found ? *found : std::vector<sandbox::SandboxInfo>{};
+}
+
+// How many of a conversation's sandboxes were evicted, by its events.
+int evictions(ApiClient& server, const std::string& conversation_id) {
+  const auto conversation = server.get("/api/v1/conversations/" + conversation_id);
+  int evicted = 0;
+  for (const auto& event : conversation.json["events"]) {
+    evicted += event["kind"] == "sandbox_deleted" && event["reason"] == "evicted";
+  }
+  return evicted;
 }
 
 // Waits up to 5 s for `condition`, which another process makes true; whether it came.
@@ -252,15 +263,45 @@ TEST(Multiserver, CapacityLimitsHoldAcrossTheServers) {
   auto ran = through_a.cell(on_a, "python", "print('ran on a')");
   ASSERT_EQ(ran.events.back().data["status"], "completed") << ran.body << b.log();
   EXPECT_FALSE(of_type(ran.events, "sandbox").empty()) << ran.body;
-  const auto on_b = through_b.get("/api/v1/conversations/" + id);
-  int evicted = 0;
-  for (const auto& event : on_b.json["events"]) {
-    evicted += event["kind"] == "sandbox_deleted" && event["reason"] == "evicted";
-  }
-  EXPECT_EQ(evicted, 1) << "b's idle sandbox was not evicted for a's turn: " << on_b.body;
+  EXPECT_EQ(evictions(through_b, id), 1) << "b's idle sandbox was not evicted for a's turn";
 
   stop_all({&a, &b});
   for (const char* instance : {"multi-a", "multi-b"}) {
+    EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
+  }
+}
+
+// Three servers, room for two sandboxes, each held idle by a conversation on b and on c: a turn
+// on a asks both for room, and only one of them evicts; the other conversation keeps its
+// sandbox.
+TEST(Multiserver, ATurnWaitingForRoomCostsOneIdleSandboxHoweverManyServersHearIt) {
+  SharedHistory history;
+  auto limited = [&](const std::string& instance) {
+    ServerOptions options = history.server(instance);
+    options.capacity_config = "  max_sandboxes: 2\n";
+    return options;
+  };
+  QuarryServer a(limited("multi-a")), b(limited("multi-b")), c(limited("multi-c"));
+  ASSERT_TRUE(a.started() && b.started() && c.started());
+  ApiClient through_a(a.url()), through_b(b.url()), through_c(c.url());
+  const auto on_b = through_b.create_conversation("idle on b");
+  const auto on_c = through_c.create_conversation("idle on c");
+  for (auto [client, id] : {std::pair{&through_b, on_b}, std::pair{&through_c, on_c}}) {
+    auto ran = client->cell(id, "python", "x = 1");
+    ASSERT_EQ(ran.events.back().data["status"], "completed") << ran.body;
+  }
+
+  const auto on_a = through_a.create_conversation("needs room");
+  auto ran = through_a.cell(on_a, "python", "print('ran on a')");
+  ASSERT_EQ(ran.events.back().data["status"], "completed") << ran.body << b.log() << c.log();
+  EXPECT_EQ(evictions(through_b, on_b) + evictions(through_c, on_c), 1)
+      << "b: " << evictions(through_b, on_b) << ", c: " << evictions(through_c, on_c);
+  const auto kept = sandboxes({{"quarry.instance", "multi-b"}}).size() +
+                    sandboxes({{"quarry.instance", "multi-c"}}).size();
+  EXPECT_EQ(kept, 1u) << "one of b's and c's idle sandboxes should be left";
+
+  stop_all({&a, &b, &c});
+  for (const char* instance : {"multi-a", "multi-b", "multi-c"}) {
     EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
   }
 }

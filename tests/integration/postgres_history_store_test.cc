@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "conversation/open_history_store.h"
 #include "data/connection.h"
@@ -251,6 +253,64 @@ TEST_F(PostgresHistoryTest, ATakeoverCutShortIsClaimedAgainAndAliveServersKeepTh
   ASSERT_TRUE(store->taken_over(**slow));
   EXPECT_EQ(query_text(backend_.url(), "SELECT boot_id FROM servers WHERE boot_id = 'slow'"),
             "slow|\n");
+}
+
+// A request for room reaches every listening server with its id, the asking server and the
+// user; of the servers claiming it at once exactly one gets it; a request older than a minute
+// is claimed by none and goes with the next request.
+TEST_F(PostgresHistoryTest, ARequestForRoomIsHeardByEveryServerAndClaimedByOne) {
+  auto asking = open();
+  std::mutex mutex;
+  std::vector<RoomRequest> heard;
+  std::vector<std::unique_ptr<PostgresHistoryStore>> others;
+  std::vector<std::unique_ptr<Subscription>> listening;
+  for (int i = 0; i < 2; ++i) {
+    others.push_back(open());
+    Listeners listeners;
+    listeners.on_room = [&](const RoomRequest& request) {
+      std::lock_guard lock(mutex);
+      heard.push_back(request);
+    };
+    auto subscription = others.back()->listen(std::move(listeners));
+    ASSERT_TRUE(subscription) << subscription.error().message;
+    listening.push_back(std::move(*subscription));
+  }
+  auto count_heard = [&] {
+    std::lock_guard lock(mutex);
+    return heard.size();
+  };
+  ASSERT_TRUE(asking->request_room("boot-a", "alice smith"));
+  ASSERT_TRUE(eventually([&] { return count_heard() == 2; })) << count_heard();
+  const RoomRequest first = heard[0];
+  EXPECT_GT(first.id, 0);
+  EXPECT_EQ(first.server, "boot-a");
+  EXPECT_EQ(first.user, "alice smith");
+  EXPECT_EQ(heard[1].id, first.id);
+
+  std::atomic<int> claims = 0;
+  const auto errors =
+      at_once(backend_.url(), 4, [&](PostgresHistoryStore& other, int) -> Result<void> {
+        ASSIGN_OR_RETURN(bool mine, other.claim_room(first.id));
+        claims += mine;
+        return {};
+      });
+  for (const auto& error : errors)
+    EXPECT_EQ(error, "");
+  EXPECT_EQ(claims, 1);
+  EXPECT_FALSE(*asking->claim_room(first.id)) << "claimed twice";
+
+  // Anyone's room (no user), then left unclaimed past its minute.
+  ASSERT_TRUE(asking->request_room("boot-a", ""));
+  ASSERT_TRUE(eventually([&] { return count_heard() == 4; })) << count_heard();
+  const RoomRequest second = heard[2];
+  EXPECT_NE(second.id, first.id);
+  EXPECT_EQ(second.user, "");
+  query_text(
+      backend_.url(),
+      fmt::format("UPDATE room_requests SET asked_at = asked_at - 61000 WHERE id = {}", second.id));
+  EXPECT_FALSE(*others[0]->claim_room(second.id)) << "a request of a minute ago was claimed";
+  ASSERT_TRUE(asking->request_room("boot-a", "bob"));
+  EXPECT_EQ(query_text(backend_.url(), "SELECT user_name FROM room_requests"), "bob|\n");
 }
 
 // pg_terminate_backend of the lock's session is what PostgreSQL sees when a server dies: the

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <thread>
@@ -608,6 +609,48 @@ TEST(Scheduler, AWaiterAsksTheOtherServersAndTheyEvictAnIdleSandbox) {
   EXPECT_TRUE(here.alive(busy->sandbox_id)) << "a busy sandbox was evicted for another server";
   EXPECT_TRUE(here.alive(newer->sandbox_id)) << "another user's sandbox was evicted for alice";
   EXPECT_TRUE(evicted_by_b.empty());
+}
+
+// With three servers, a request for room is heard by both others, each with an idle sandbox to
+// give: only the one that claims the request evicts (as the first DELETE of its row does), so
+// one waiting turn costs one sandbox, not one on each server.
+TEST(Scheduler, ARequestForRoomEvictsOnOneServerOnly) {
+  CountingProvider on_a("a-"), on_b("b-"), on_c("c-");
+  MemoryPlaces places;
+  Scheduler a({{"local", &on_a, 2}}, limits(2, 2, 5s)), b({{"local", &on_b, 2}}, limits(2, 2, 5s)),
+      c({{"local", &on_c, 2}}, limits(2, 2, 5s));
+  std::vector<std::string> evicted_by_a, evicted_by_c;
+  evict_into(a, evicted_by_a);
+  evict_into(c, evicted_by_c);
+  std::atomic<int> asked{0}, claims{0};
+  a.share_limits(places, "a");
+  c.share_limits(places, "c");
+  b.share_limits(places, "b", [&](const std::string& user) {
+    ++asked;
+    // Both hear it at once; the first claim wins.
+    auto claimed = std::make_shared<std::atomic<bool>>(false);
+    auto claim = [claimed, &claims] {
+      ++claims;
+      return !claimed->exchange(true);
+    };
+    std::thread on_c([&] { c.evict_for_elsewhere(user, claim); });
+    a.evict_for_elsewhere(user, claim);
+    on_c.join();
+  });
+  auto alice = a.acquire(request("alice"));
+  auto bob = c.acquire(request("bob"));
+  ASSERT_TRUE(alice && bob);
+  a.set_busy(alice->sandbox_id, false);
+  c.set_busy(bob->sandbox_id, false);
+
+  auto carol = b.acquire(request("carol"));
+  ASSERT_TRUE(carol) << carol.error().message;
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(claims, 2) << "each server with an idle sandbox claims the request";
+  EXPECT_EQ(evicted_by_a.size() + evicted_by_c.size(), 1u)
+      << "a: " << evicted_by_a.size() << ", c: " << evicted_by_c.size();
+  EXPECT_NE(on_a.alive(alice->sandbox_id), on_c.alive(bob->sandbox_id));
+  EXPECT_EQ(b.stats(true).elsewhere, 1);
 }
 
 }  // namespace
