@@ -1102,8 +1102,9 @@ class StreamEventChannel final : public Subscription {
   // "<request id> <asking server> <user>" (the user may be empty) to the room listener.
   void deliver_room(std::string_view payload) {
     const auto first = payload.find(' ');
-    const auto second = payload.find(' ', first == std::string_view::npos ? first : first + 1);
-    if (second == std::string_view::npos || !listeners_.on_room) return;
+    if (first == std::string_view::npos || !listeners_.on_room) return;
+    const auto second = payload.find(' ', first + 1);
+    if (second == std::string_view::npos) return;
     RoomRequest request;
     std::from_chars(payload.data(), payload.data() + first, request.id);
     request.server = payload.substr(first + 1, second - first - 1);

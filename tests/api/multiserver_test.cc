@@ -41,6 +41,13 @@ class SharedHistory {
                     PostgresEnvironment::get().server().admin_conninfo, name_);
     return options;
   }
+  // A server on it whose capacity.max_sandboxes is `max_sandboxes` (with no warm pool, the
+  // default, so turns take them first).
+  ServerOptions limited(const std::string& instance, int max_sandboxes) const {
+    ServerOptions options = server(instance);
+    options.capacity_config = fmt::format("  max_sandboxes: {}\n", max_sandboxes);
+    return options;
+  }
 
  private:
   std::string name_;
@@ -216,13 +223,8 @@ TEST(Multiserver, AServerKilledMidTurnIsTakenOverAndTheConversationGoesOn) {
 
 TEST(Multiserver, CapacityLimitsHoldAcrossTheServers) {
   SharedHistory history;
-  // One sandbox in all, whichever server makes it (no warm pool, the default, takes it first).
-  auto limited = [&](const std::string& instance) {
-    ServerOptions options = history.server(instance);
-    options.capacity_config = "  max_sandboxes: 1\n";
-    return options;
-  };
-  QuarryServer a(limited("multi-a")), b(limited("multi-b"));
+  // One sandbox in all, whichever server makes it.
+  QuarryServer a(history.limited("multi-a", 1)), b(history.limited("multi-b", 1));
   ASSERT_TRUE(a.started() && b.started());
   ApiClient through_a(a.url()), through_b(b.url());
 
@@ -276,12 +278,8 @@ TEST(Multiserver, CapacityLimitsHoldAcrossTheServers) {
 // sandbox.
 TEST(Multiserver, ATurnWaitingForRoomCostsOneIdleSandboxHoweverManyServersHearIt) {
   SharedHistory history;
-  auto limited = [&](const std::string& instance) {
-    ServerOptions options = history.server(instance);
-    options.capacity_config = "  max_sandboxes: 2\n";
-    return options;
-  };
-  QuarryServer a(limited("multi-a")), b(limited("multi-b")), c(limited("multi-c"));
+  QuarryServer a(history.limited("multi-a", 2)), b(history.limited("multi-b", 2)),
+      c(history.limited("multi-c", 2));
   ASSERT_TRUE(a.started() && b.started() && c.started());
   ApiClient through_a(a.url()), through_b(b.url()), through_c(c.url());
   const auto on_b = through_b.create_conversation("idle on b");
