@@ -231,20 +231,8 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
           }
         });
   }
-  manager.scheduler().start_pool();
-  http.start();
-  spdlog::info("serving on {} ({}; model: {})", url,
-               with_tokens ? fmt::format("tokens from {}", tokens_file.string())
-                           : "no tokens: loopback only, one user 'local'",
-               model ? config.model.name : "none");
-  if (options.on_listening) options.on_listening(url);
-
-  Reaper reaper(
-      manager,
-      std::clamp<std::chrono::milliseconds>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(config.sandbox.idle_timeout / 4),
-          std::chrono::seconds(1), std::chrono::seconds(60)));
-
+  // Caught from before the first sandbox and the first request: a SIGTERM as soon as the server
+  // says it serves is a shutdown like any other, not the default action's exit.
   std::thread stopping;
   net::signal_set signals(io, SIGTERM, SIGINT);
   std::function<void(const boost::system::error_code&, int)> on_signal =
@@ -285,6 +273,20 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
         signals.async_wait(on_signal);
       };
   signals.async_wait(on_signal);
+  manager.scheduler().start_pool();
+  http.start();
+  spdlog::info("serving on {} ({}; model: {})", url,
+               with_tokens ? fmt::format("tokens from {}", tokens_file.string())
+                           : "no tokens: loopback only, one user 'local'",
+               model ? config.model.name : "none");
+  if (options.on_listening) options.on_listening(url);
+
+  Reaper reaper(
+      manager,
+      std::clamp<std::chrono::milliseconds>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(config.sandbox.idle_timeout / 4),
+          std::chrono::seconds(1), std::chrono::seconds(60)));
+
   io.run();
   if (stopping.joinable()) stopping.join();
   http.join();
