@@ -81,4 +81,33 @@ Result<void> remove_artifacts(const std::filesystem::path& store_dir,
   return remove_tree(store_dir / conversation_id);
 }
 
+Result<int> remove_deleted_artifacts(const std::filesystem::path& store_dir,
+                                     ServerRegistry& registry) {
+  std::vector<std::string> stored;
+  std::error_code error;
+  if (!std::filesystem::exists(store_dir, error)) return 0;
+  for (const auto& entry : std::filesystem::directory_iterator(store_dir, error)) {
+    std::string id = entry.path().filename().string();
+    if (valid_conversation_id(id)) stored.push_back(std::move(id));
+  }
+  if (error) {
+    return make_error(ErrorCode::kInternal, "listing '{}' failed: {}", store_dir.string(),
+                      error.message());
+  }
+  // A thousand ids a question, however many conversations this server kept files of.
+  constexpr size_t kBatch = 1000;
+  int removed = 0;
+  for (size_t first = 0; first < stored.size(); first += kBatch) {
+    const std::vector<std::string> batch(
+        stored.begin() + static_cast<std::ptrdiff_t>(first),
+        stored.begin() + static_cast<std::ptrdiff_t>(std::min(stored.size(), first + kBatch)));
+    ASSIGN_OR_RETURN(auto deleted, registry.deleted_among(batch));
+    for (const auto& id : deleted) {
+      RETURN_IF_ERROR(remove_tree(store_dir / id));
+      ++removed;
+    }
+  }
+  return removed;
+}
+
 }  // namespace quarry::conversation

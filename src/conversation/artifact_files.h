@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "conversation/history_store.h"
+#include "conversation/server_registry.h"
 
 namespace quarry::conversation {
 
@@ -43,5 +44,11 @@ Result<std::optional<std::filesystem::path>> local_artifact_file(
 // with that directory stores them).
 Result<void> remove_artifacts(const std::filesystem::path& store_dir,
                               std::string_view conversation_id);
+
+// Removes the stored files of each conversation under `store_dir` that was deleted while this
+// server was not listening (ServerRegistry::deleted_among); returns how many went. Directories
+// of conversations the history does not know are kept: they may be another history's.
+Result<int> remove_deleted_artifacts(const std::filesystem::path& store_dir,
+                                     ServerRegistry& registry);
 
 }  // namespace quarry::conversation

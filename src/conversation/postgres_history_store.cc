@@ -262,12 +262,20 @@ CREATE TABLE room_requests (
   user_name text NOT NULL,
   asked_at bigint NOT NULL
 );
+)sql"},
+                                                     {10, R"sql(
+-- The conversations deleted in the last 30 days: a server that was down when one was deleted
+-- (and so did not hear it) removes its copies of the conversation's artifacts when it starts.
+CREATE TABLE deleted_conversations (
+  id text COLLATE "C" PRIMARY KEY,
+  deleted_at bigint NOT NULL
+);
 )sql"}};
 
 // The tables of the schema: one of them without schema_version is another application's.
 constexpr std::string_view kTables =
     "{schema_version,conversations,turns,messages,events,execs,artifacts,sandbox_references,"
-    "stream_events,servers,sandbox_places,artifact_contents,room_requests}";
+    "stream_events,servers,sandbox_places,artifact_contents,room_requests,deleted_conversations}";
 
 // A 64-bit advisory lock key from a name.
 int64_t advisory_key(std::string_view name) {
@@ -282,6 +290,13 @@ constexpr std::string_view kStreamEventsChannel = "quarry_stream_events";
 constexpr std::string_view kCancelsChannel = "quarry_turn_cancels";
 constexpr std::string_view kRoomChannel = "quarry_room_requests";
 constexpr std::string_view kDeletedChannel = "quarry_conversations_deleted";
+
+// The database's clock in Unix milliseconds, so every server measures heartbeats alike.
+constexpr std::string_view kNowMs = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+// How long a request for room may be claimed: its turn asks again every second while it waits.
+constexpr int64_t kRoomRequestLifetimeMs = 60'000;
+// How long a deleted conversation is remembered for the servers that did not hear of it.
+constexpr int64_t kDeletedLifetimeMs = 30LL * 24 * 3600 * 1000;
 
 // Serialises the migrations of every server opening the same database.
 const int64_t kMigrationLockKey = advisory_key("quarry history migrations");
@@ -646,14 +661,21 @@ Result<void> PostgresHistoryStore::name_conversation(std::string_view id, std::s
 
 Result<void> PostgresHistoryStore::delete_conversation(std::string_view id) {
   // Every row of the conversation goes with it (ON DELETE CASCADE), in this one statement, which
-  // also tells every server (at commit). Its turn lock is a lock, not a row: nothing is left of
-  // it once the caller lets it go.
-  ASSIGN_OR_RETURN(auto result,
-                   run(*connections_, "deleting a conversation",
-                       fmt::format("WITH gone AS (DELETE FROM conversations WHERE id = $1 "
-                                   "RETURNING id) SELECT pg_notify('{}', id) FROM gone",
-                                   kDeletedChannel),
-                       {text(id)}));
+  // also tells every server (at commit) and remembers the delete for those not listening (the
+  // deletes older than their lifetime are forgotten meanwhile). Its turn lock is a lock, not a
+  // row: nothing is left of it once the caller lets it go.
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "deleting a conversation",
+          fmt::format("WITH gone AS (DELETE FROM conversations WHERE id = $1 RETURNING id), "
+                      "forgotten AS (DELETE FROM deleted_conversations WHERE deleted_at < {0} - "
+                      "{1} AND id <> $1), "
+                      "remembered AS (INSERT INTO deleted_conversations (id, deleted_at) "
+                      "SELECT id, {0} FROM gone ON CONFLICT (id) DO UPDATE SET deleted_at = "
+                      "excluded.deleted_at) "
+                      "SELECT pg_notify('{2}', id) FROM gone",
+                      kNowMs, kDeletedLifetimeMs, kDeletedChannel),
+          {text(id)}));
   if (PQntuples(result.get()) == 0) {
     return make_error(ErrorCode::kNotFound, "no conversation '{}'", id);
   }
@@ -1118,15 +1140,6 @@ class StreamEventChannel final : public Subscription {
   std::thread thread_;
 };
 
-namespace {
-
-// The database's clock in Unix milliseconds, so every server measures heartbeats alike.
-constexpr std::string_view kNowMs = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
-// How long a request for room may be claimed: its turn asks again every second while it waits.
-constexpr int64_t kRoomRequestLifetimeMs = 60'000;
-
-}  // namespace
-
 Result<void> PostgresHistoryStore::enter(const ServerRecord& server) {
   RETURN_IF_ERROR(run(*connections_, "recording this server",
                       fmt::format("INSERT INTO servers (boot_id, instance_id, url, started_at, "
@@ -1308,6 +1321,20 @@ Result<bool> PostgresHistoryStore::claim_room(int64_t id) {
                                    kNowMs, kRoomRequestLifetimeMs),
                        {number(id)}));
   return PQntuples(result.get()) > 0;
+}
+
+Result<std::vector<std::string>> PostgresHistoryStore::deleted_among(
+    const std::vector<std::string>& conversation_ids) {
+  // The ids as one JSON array: any text a directory may be named goes through unchanged.
+  const nlohmann::json ids = conversation_ids;
+  ASSIGN_OR_RETURN(auto result,
+                   run(*connections_, "reading the deleted conversations",
+                       fmt::format("SELECT id FROM deleted_conversations WHERE id = "
+                                   "ANY(ARRAY(SELECT jsonb_array_elements_text($1::jsonb))) "
+                                   "AND deleted_at >= {} - {} ORDER BY id",
+                                   kNowMs, kDeletedLifetimeMs),
+                       {text(ids.dump())}));
+  return rows<std::string>(result, [](const Row& row) { return row.text(0); });
 }
 
 Result<std::unique_ptr<Subscription>> PostgresHistoryStore::listen(Listeners listeners) {

@@ -53,8 +53,9 @@ class PostgresHistoryStore final : public HistoryStore,
   // SQLite store's version 5 (the PostgreSQL store began there); 6 adds the servers, which only
   // a shared history has, so from there the two numbers go their own ways; 7 adds the servers'
   // sandbox places, 8 keeps artifacts' bytes (artifact_contents), so any server can serve what
-  // another collected.
-  static constexpr int kSchemaVersion = 9;
+  // another collected, 9 the requests for room, 10 the conversations deleted in the last 30
+  // days (for the servers that did not hear of the delete).
+  static constexpr int kSchemaVersion = 10;
   // Calls running on the database at once (each on a connection of its own).
   static constexpr size_t kMaxConnections = 8;
 
@@ -117,6 +118,8 @@ class PostgresHistoryStore final : public HistoryStore,
   Result<void> request_cancel(std::string_view conversation_id, int turn) override;
   Result<void> request_room(std::string_view server, std::string_view user) override;
   Result<bool> claim_room(int64_t id) override;
+  Result<std::vector<std::string>> deleted_among(
+      const std::vector<std::string>& conversation_ids) override;
   Result<std::unique_ptr<Subscription>> listen(Listeners listeners) override;
 
   capacity::SharedPlaces* places() override { return this; }

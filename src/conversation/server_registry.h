@@ -105,6 +105,11 @@ class ServerRegistry {
   // claim after a minute (the turn has asked again since), false.
   virtual Result<bool> claim_room(int64_t id) = 0;
 
+  // Of `conversation_ids`, those deleted in the last 30 days (through any server): what a
+  // server that was not listening then keeps of them can go.
+  virtual Result<std::vector<std::string>> deleted_among(
+      const std::vector<std::string>& conversation_ids) = 0;
+
   // Calls the listeners with the stream events recorded from now on, the cancels asked, the
   // requests for room (every server's, this one's too) and the conversations deleted, until the
   // subscription is destroyed (it must not outlive what the listeners use, nor the registry).

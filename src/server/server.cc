@@ -182,6 +182,19 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
       }
     };
     ASSIGN_OR_RETURN(heard_elsewhere, registry->listen(std::move(listeners)));
+    // Listening now, so a delete from here on is heard: those made while this server was down
+    // take their copies with them here.
+    auto removed =
+        conversation::remove_deleted_artifacts(options.state_dir / "artifacts", *registry);
+    if (!removed) {
+      spdlog::warn(
+          "could not remove the artifacts of conversations deleted while this server "
+          "was down: {}",
+          removed.error().message);
+    } else if (*removed > 0) {
+      spdlog::info("removed the artifacts of {} conversation(s) deleted while this server was down",
+                   *removed);
+    }
   }
   Sessions sessions(
       clock, std::chrono::duration_cast<std::chrono::milliseconds>(config.server.session_lifetime));

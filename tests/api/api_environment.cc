@@ -117,7 +117,9 @@ QuarryServer::QuarryServer(ServerOptions options) {
   dir_ = sandboxes.state_dir() / "servers" / fmt::format("{}-{}", test_name(), ++counter);
   std::filesystem::create_directories(dir_);
   config_ = dir_ / "config.yml";
-  state_dir_ = options.own_state_dir ? dir_ / "state" : sandboxes.state_dir();
+  state_dir_ = !options.state_dir.empty() ? options.state_dir
+               : options.own_state_dir    ? dir_ / "state"
+                                          : sandboxes.state_dir();
   tokens_file_ = dir_ / "tokens.json";
   log_ = results_dir() / fmt::format("{}-{}.log", test_name(), counter);
   // The server appends to it: an earlier run's lines must not answer this run's questions.

@@ -71,6 +71,9 @@ struct ServerOptions {
   // A state directory of its own instead of the one the test binary's sandboxes live in, as a
   // server on another machine has (its artifacts, tokens); it should start no sandbox.
   bool own_state_dir = false;
+  // The state directory of a server stopped before (as when it is started again); overrides
+  // own_state_dir.
+  std::filesystem::path state_dir{};
 };
 
 // A `quarry serve` process of the test; stopped with SIGKILL when it goes out of scope, unless

@@ -8,7 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -365,6 +368,59 @@ TEST(Multiserver, AnArtifactCollectedThroughOneServerIsServedByAnother) {
       << "b kept its copies of a deleted conversation's";
 
   stop_all({&a, &b});
+  for (const char* instance : {"multi-a", "multi-b"}) {
+    EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
+  }
+}
+
+// A server that is down when a conversation is deleted does not hear it: when it starts again,
+// its copies of that conversation's artifacts go, and what it keeps of conversations still
+// alive, or unknown to this history (another history's, before a switch), stays.
+TEST(Multiserver, AServerDownWhenAConversationIsDeletedDropsItsCopiesWhenItStartsAgain) {
+  SharedHistory history;
+  QuarryServer a(history.server("multi-a"));
+  auto options_b = history.server("multi-b");
+  options_b.own_state_dir = true;
+  auto b = std::make_unique<QuarryServer>(options_b);
+  ASSERT_TRUE(a.started() && b->started());
+  ApiClient through_a(a.url()), through_b(b->url());
+  const auto deleted = through_a.create_conversation("deleted while b is down");
+  auto cell = through_a.cell(
+      deleted, "python", "open('/home/sandbox/outputs/notes.csv', 'w').write('a,b\\n1,2\\n')\n");
+  ASSERT_EQ(cell.events.back().data["status"], "completed") << cell.body;
+  auto listed = through_b.get(fmt::format("/api/v1/conversations/{}/artifacts", deleted));
+  ASSERT_EQ(listed.status, 200) << listed.body;
+  ASSERT_EQ(listed.json["artifacts"].size(), 1u) << listed.body;
+  ASSERT_EQ(through_b.get(listed.json["artifacts"][0]["url"]).status, 200);
+  const auto state = b->state_dir();
+  const auto copies = state / "artifacts" / deleted;
+  ASSERT_TRUE(std::filesystem::is_directory(copies)) << "b kept no copy of what it served";
+  const auto alive = through_a.create_conversation("alive");
+  const auto unknown = std::string("c-of-another-history");
+  for (const auto& id : {alive, unknown}) {
+    std::filesystem::create_directories(state / "artifacts" / id / "1" / "call");
+    std::ofstream(state / "artifacts" / id / "1" / "call" / "kept.txt") << "kept";
+  }
+
+  ASSERT_EQ(b->stop(SIGTERM), 0) << b->log();
+  EXPECT_EQ(through_a.del("/api/v1/conversations/" + deleted).status, 204);
+  EXPECT_TRUE(std::filesystem::exists(copies)) << "nobody was to remove b's copies";
+
+  options_b.state_dir = state;
+  b = std::make_unique<QuarryServer>(options_b);
+  ASSERT_TRUE(b->started());
+  EXPECT_FALSE(std::filesystem::exists(copies))
+      << "b kept its copies of a conversation deleted while it was down";
+  for (const auto& id : {alive, unknown}) {
+    EXPECT_TRUE(std::filesystem::exists(state / "artifacts" / id / "1" / "call" / "kept.txt"))
+        << id;
+  }
+  EXPECT_NE(b->log().find("removed the artifacts of 1 conversation(s) deleted while this server "
+                          "was down"),
+            std::string::npos)
+      << b->log();
+
+  stop_all({&a, b.get()});
   for (const char* instance : {"multi-a", "multi-b"}) {
     EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
   }

@@ -313,6 +313,38 @@ TEST_F(PostgresHistoryTest, ARequestForRoomIsHeardByEveryServerAndClaimedByOne) 
   EXPECT_EQ(query_text(backend_.url(), "SELECT user_name FROM room_requests"), "bob|\n");
 }
 
+// A delete is remembered for the servers that were not listening: asked about ids, the store
+// names those deleted in the last 30 days (not those alive, unknown or deleted longer ago), and
+// forgets those older than that at the next delete.
+TEST_F(PostgresHistoryTest, DeletedConversationsAreRememberedForThirtyDays) {
+  auto store = open();
+  const auto kept = store->create_conversation("kept")->id;
+  const auto deleted = store->create_conversation("deleted")->id;
+  const auto old = store->create_conversation("deleted long ago")->id;
+  ASSERT_TRUE(store->delete_conversation(deleted));
+  ASSERT_TRUE(store->delete_conversation(old));
+  const std::vector<std::string> asked = {kept, deleted, old, "never-there", "it's \"odd\" {,}"};
+  auto found = store->deleted_among(asked);
+  ASSERT_TRUE(found) << found.error().message;
+  std::vector<std::string> expected = {deleted, old};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(*found, expected);
+
+  const auto day_ms = 24LL * 3600 * 1000;
+  query_text(backend_.url(),
+             fmt::format("UPDATE deleted_conversations SET deleted_at = deleted_at - {} WHERE "
+                         "id = '{}'",
+                         31 * day_ms, old));
+  EXPECT_EQ(*store->deleted_among(asked), std::vector<std::string>{deleted});
+  ASSERT_TRUE(store->delete_conversation(store->create_conversation("another")->id));
+  EXPECT_EQ(
+      query_text(backend_.url(),
+                 fmt::format("SELECT count(*) FROM deleted_conversations WHERE id = '{}'", old)),
+      "0|\n")
+      << "a delete of 31 days ago was not forgotten";
+  EXPECT_EQ(*store->deleted_among({}), std::vector<std::string>{});
+}
+
 // pg_terminate_backend of the lock's session is what PostgreSQL sees when a server dies: the
 // lock is free for the next server, and the first one's store goes on with new connections.
 TEST_F(PostgresHistoryTest, ATurnLockIsReleasedWhenItsSessionIsTerminated) {
