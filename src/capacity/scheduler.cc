@@ -318,12 +318,13 @@ Result<Grant> Scheduler::hold(const std::string& user, sandbox::SandboxSpec spec
   if (!made) {
     leases_.erase(key);
     changed_.notify_all();
-    free_place(lock, key);
+    free_place(lock, key, "");
     return std::unexpected(made.error());
   }
   Lease& held = leases_.at(key);
   held.sandbox_id = *made;
   held.use = Use::kBusy;
+  name_place(lock, key, *made);
   Grant grant;
   grant.sandbox_id = *made;
   grant.account = accounts_[held.account].name;
@@ -489,10 +490,11 @@ Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& la
     const bool placed = leases_.at(key).placed;
     leases_.erase(key);
     changed_.notify_all();
-    if (placed) free_place(lock, key);
+    if (placed) free_place(lock, key, "");
     return std::unexpected(started.error());
   }
   leases_.at(key).sandbox_id = *started;
+  name_place(lock, key, *started);
   return {};
 }
 
@@ -512,25 +514,30 @@ Result<void> Scheduler::admit(int also_waiting, std::chrono::seconds* retry_afte
 void Scheduler::adopt(std::string_view sandbox_id, std::string_view user,
                       std::string_view conversation_id, std::string_view account) {
   Lock lock(mutex_);
+  uint64_t key = 0;
   if (auto known = find(sandbox_id); known != leases_.end()) {
     known->second.use = Use::kBusy;
-    return;
+    key = known->first;
+  } else {
+    Lease lease;
+    lease.sandbox_id = std::string(sandbox_id);
+    lease.use = Use::kBusy;
+    lease.user = std::string(user);
+    lease.conversation_id = std::string(conversation_id);
+    for (size_t i = 0; i < accounts_.size(); ++i) {
+      if (accounts_[i].name == account) lease.account = i;
+    }
+    key = next_lease_++;
+    leases_.emplace(key, std::move(lease));
   }
-  Lease lease;
-  lease.sandbox_id = std::string(sandbox_id);
-  lease.use = Use::kBusy;
-  lease.user = std::string(user);
-  lease.conversation_id = std::string(conversation_id);
-  for (size_t i = 0; i < accounts_.size(); ++i) {
-    if (accounts_[i].name == account) lease.account = i;
-  }
-  const uint64_t key = next_lease_++;
-  const std::string account_name = accounts_[lease.account].name;
-  leases_.emplace(key, std::move(lease));
   if (!shared_) return;
-  // It exists already, whatever the limits say now: counted, so the others see it.
+  // It exists already, whatever the limits say now: counted, here, so the others see it. Known
+  // here or not, another server may have gone on with it since (its conversation's turns went
+  // there): the place comes back here, as one place.
   SharedPlaces* shared = shared_;
-  const Place place{place_key(key), server_, std::string(user), account_name};
+  const Lease& lease = leases_.at(key);
+  const Place place{place_key(key), server_, lease.user, accounts_[lease.account].name,
+                    std::string(sandbox_id)};
   lock.unlock();
   auto kept = shared->keep_place(place);
   lock.lock();
@@ -540,8 +547,7 @@ void Scheduler::adopt(std::string_view sandbox_id, std::string_view user,
   } else if (auto still = leases_.find(key); still != leases_.end()) {
     still->second.placed = true;
   } else {
-    lock.unlock();
-    (void)shared->free_place(place.key);  // destroyed meanwhile
+    free_place(lock, key, "");  // destroyed meanwhile
   }
 }
 
@@ -578,7 +584,10 @@ Result<void> Scheduler::destroy(std::string_view sandbox_id) {
     const uint64_t key = gone->first;
     const bool placed = gone->second.placed;
     leases_.erase(gone);
-    if (placed) free_place(lock, key);
+    if (placed) free_place(lock, key, sandbox_id);
+  } else if (shared_ && (destroyed || destroyed.error().code == ErrorCode::kNotFound)) {
+    // Not held here: the place another server holds for it goes with it.
+    free_place(lock, std::nullopt, sandbox_id);
   }
   changed_.notify_all();
   return destroyed;
@@ -709,7 +718,7 @@ Result<bool> Scheduler::take_place(Lock& lock, uint64_t key, const std::string& 
                                    size_t account) {
   if (!shared_) return true;
   SharedPlaces* shared = shared_;
-  const Place place{place_key(key), server_, user, accounts_[account].name};
+  const Place place{place_key(key), server_, user, accounts_[account].name, ""};
   const PlaceLimits limits{options_.max_sandboxes, options_.max_per_user,
                            accounts_[account].max_sandboxes};
   lock.unlock();
@@ -732,14 +741,29 @@ Result<bool> Scheduler::assign_place(Lock& lock, uint64_t key, const std::string
   return assigned;
 }
 
-void Scheduler::free_place(Lock& lock, uint64_t key) {
-  if (!shared_) return;
+void Scheduler::name_place(Lock& lock, uint64_t key, const std::string& sandbox_id) {
+  if (!shared_ || !leases_.at(key).placed) return;
   SharedPlaces* shared = shared_;
   const std::string place = place_key(key);
   lock.unlock();
-  if (auto freed = shared->free_place(place); !freed) {
+  if (auto named = shared->name_place(place, sandbox_id); !named) {
+    // Counted all the same; only another server going on with it would count it twice.
+    spdlog::warn("naming the sandbox of the shared place {} failed: {}", place,
+                 named.error().message);
+  }
+  lock.lock();
+}
+
+void Scheduler::free_place(Lock& lock, std::optional<uint64_t> key, std::string_view sandbox_id) {
+  if (!shared_) return;
+  SharedPlaces* shared = shared_;
+  const std::string place = key ? place_key(*key) : "";
+  const std::string sandbox(sandbox_id);
+  lock.unlock();
+  if (auto freed = shared->free_place(place, sandbox); !freed) {
     // Left to the servers' registry: freed when this server leaves or is taken over.
-    spdlog::warn("freeing the shared place {} failed: {}", place, freed.error().message);
+    spdlog::warn("freeing the shared place {} of sandbox {} failed: {}", place, sandbox,
+                 freed.error().message);
   }
   lock.lock();
   changed_.notify_all();
@@ -751,12 +775,21 @@ void Scheduler::look_elsewhere(Lock& lock, std::chrono::milliseconds age) {
   const std::string server = server_;
   looked_elsewhere_ = SteadyClock::now();
   lock.unlock();
-  auto held = shared->places_elsewhere(server);
+  auto held = shared->places_held(server);
   lock.lock();
   if (!held) {
     spdlog::warn("reading the other servers' sandboxes failed: {}", held.error().message);
     return;
   }
+  // An idle sandbox whose place is gone went on in another server's turn (its conversation's
+  // turns went there) or was destroyed by one: that server counts it, or nobody does.
+  std::erase_if(leases_, [&](const auto& entry) {
+    const auto& [key, lease] = entry;
+    const bool moved =
+        lease.placed && lease.use == Use::kIdle && !held->own.contains(place_key(key));
+    if (moved) spdlog::debug("sandbox {} is no longer this server's to count", lease.sandbox_id);
+    return moved;
+  });
   elsewhere_ = std::move(*held);
   changed_.notify_all();
 }

@@ -148,8 +148,10 @@ class Scheduler {
   // max_queue. `retry_after` is a guess at when to try again.
   Result<void> admit(int also_waiting, std::chrono::seconds* retry_after = nullptr);
 
-  // A conversation's sandbox that this scheduler did not hand out (an earlier process made it)
-  // is counted from now on, busy.
+  // A conversation's sandbox that this scheduler did not hand out (an earlier process made it,
+  // or another server that went on with the conversation) is counted from now on, busy; with
+  // shared limits, its place is this server's from now on (the one another server held for it
+  // goes).
   void adopt(std::string_view sandbox_id, std::string_view user, std::string_view conversation_id,
              std::string_view account = {});
   // A held sandbox is in a turn, or idle since now (the least recently used is evicted first).
@@ -250,8 +252,13 @@ class Scheduler {
   std::string place_key(uint64_t key) const;
   Result<bool> take_place(Lock& lock, uint64_t key, const std::string& user, size_t account);
   Result<bool> assign_place(Lock& lock, uint64_t key, const std::string& user);
-  void free_place(Lock& lock, uint64_t key);
-  // Looks at the other servers' places again if the last look is older than `age`.
+  // Records which sandbox the place of lease `key` is for, once it exists.
+  void name_place(Lock& lock, uint64_t key, const std::string& sandbox_id);
+  // Frees the place of lease `key` (if given) and any server's place of `sandbox_id` (if not
+  // empty).
+  void free_place(Lock& lock, std::optional<uint64_t> key, std::string_view sandbox_id);
+  // Looks at the other servers' places again if the last look is older than `age`; an idle
+  // sandbox whose place another server took (or freed) is no longer counted here.
   void look_elsewhere(Lock& lock, std::chrono::milliseconds age);
 
   std::vector<Account> accounts_;

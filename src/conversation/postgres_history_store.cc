@@ -270,6 +270,13 @@ CREATE TABLE deleted_conversations (
   id text COLLATE "C" PRIMARY KEY,
   deleted_at bigint NOT NULL
 );
+)sql"},
+                                                     {11, R"sql(
+-- The sandbox each place is for, once it exists: a conversation whose turns go to another
+-- server takes its sandbox's place along (keep_place), and whichever server destroys a sandbox
+-- frees its place, so each sandbox is counted once.
+ALTER TABLE sandbox_places ADD COLUMN sandbox_id text COLLATE "C" NOT NULL DEFAULT '';
+CREATE INDEX sandbox_places_by_sandbox ON sandbox_places (sandbox_id) WHERE sandbox_id <> '';
 )sql"}};
 
 // The tables of the schema: one of them without schema_version is another application's.
@@ -1248,14 +1255,25 @@ Result<bool> PostgresHistoryStore::take_place(const capacity::Place& place,
   return taken > 0;
 }
 
+Result<void> PostgresHistoryStore::name_place(std::string_view key, std::string_view sandbox_id) {
+  RETURN_IF_ERROR(run(*connections_, "naming a place's sandbox",
+                      "UPDATE sandbox_places SET sandbox_id = $2 WHERE key = $1",
+                      {text(key), text(sandbox_id)}));
+  return {};
+}
+
 Result<void> PostgresHistoryStore::keep_place(const capacity::Place& place) {
+  // One statement: the others never count the sandbox twice, nor not at all.
   RETURN_IF_ERROR(
       run(*connections_, "counting a sandbox that exists",
-          fmt::format("INSERT INTO sandbox_places (key, server, user_name, account, "
-                      "taken_at) VALUES ($1, $2, $3, $4, {}) ON CONFLICT (key) DO "
-                      "NOTHING",
+          fmt::format("WITH moved AS (DELETE FROM sandbox_places WHERE $5::text <> '' AND "
+                      "sandbox_id = $5 AND key <> $1) "
+                      "INSERT INTO sandbox_places (key, server, user_name, account, taken_at, "
+                      "sandbox_id) VALUES ($1, $2, $3, $4, {}, $5) ON CONFLICT (key) DO UPDATE "
+                      "SET sandbox_id = excluded.sandbox_id",
                       kNowMs),
-          {text(place.key), text(place.server), text(place.user), text(place.account)}));
+          {text(place.key), text(place.server), text(place.user), text(place.account),
+           text(place.sandbox_id)}));
   return {};
 }
 
@@ -1269,25 +1287,29 @@ Result<bool> PostgresHistoryStore::assign_place(std::string_view key, std::strin
   return assigned > 0;
 }
 
-Result<void> PostgresHistoryStore::free_place(std::string_view key) {
+Result<void> PostgresHistoryStore::free_place(std::string_view key, std::string_view sandbox_id) {
   RETURN_IF_ERROR(run(*connections_, "freeing a sandbox's place",
-                      "DELETE FROM sandbox_places WHERE key = $1", {text(key)}));
+                      "DELETE FROM sandbox_places WHERE ($1::text <> '' AND key = $1) OR ($2::text "
+                      "<> '' AND sandbox_id = $2)",
+                      {text(key), text(sandbox_id)}));
   return {};
 }
 
-Result<capacity::PlacesHeld> PostgresHistoryStore::places_elsewhere(std::string_view server) {
-  ASSIGN_OR_RETURN(auto result,
-                   run(*connections_, "reading the other servers' sandboxes",
-                       "SELECT user_name, account, count(*) FROM sandbox_places WHERE server <> "
-                       "$1 GROUP BY user_name, account",
-                       {text(server)}));
+Result<capacity::PlacesHeld> PostgresHistoryStore::places_held(std::string_view server) {
+  ASSIGN_OR_RETURN(
+      auto result,
+      run(*connections_, "reading the servers' sandboxes",
+          "SELECT key, server = $1, user_name, account FROM sandbox_places", {text(server)}));
   capacity::PlacesHeld held;
   for (int i = 0; i < PQntuples(result.get()); ++i) {
     const Row row(result.get(), i);
-    const int count = static_cast<int>(row.integer(2));
-    held.total += count;
-    if (!row.text(0).empty()) held.by_user[row.text(0)] += count;
-    held.by_account[row.text(1)] += count;
+    if (row.text(1) == "t") {
+      held.own.insert(row.text(0));
+      continue;
+    }
+    ++held.total;
+    if (!row.text(2).empty()) ++held.by_user[row.text(2)];
+    ++held.by_account[row.text(3)];
   }
   return held;
 }

@@ -54,8 +54,8 @@ class PostgresHistoryStore final : public HistoryStore,
   // a shared history has, so from there the two numbers go their own ways; 7 adds the servers'
   // sandbox places, 8 keeps artifacts' bytes (artifact_contents), so any server can serve what
   // another collected, 9 the requests for room, 10 the conversations deleted in the last 30
-  // days (for the servers that did not hear of the delete).
-  static constexpr int kSchemaVersion = 10;
+  // days (for the servers that did not hear of the delete), 11 the sandbox of each place.
+  static constexpr int kSchemaVersion = 11;
   // Calls running on the database at once (each on a connection of its own).
   static constexpr size_t kMaxConnections = 8;
 
@@ -126,10 +126,11 @@ class PostgresHistoryStore final : public HistoryStore,
   // A server's places go with its record: when it leaves, and when a live server took it over.
   Result<bool> take_place(const capacity::Place& place,
                           const capacity::PlaceLimits& limits) override;
+  Result<void> name_place(std::string_view key, std::string_view sandbox_id) override;
   Result<void> keep_place(const capacity::Place& place) override;
   Result<bool> assign_place(std::string_view key, std::string_view user, int max_per_user) override;
-  Result<void> free_place(std::string_view key) override;
-  Result<capacity::PlacesHeld> places_elsewhere(std::string_view server) override;
+  Result<void> free_place(std::string_view key, std::string_view sandbox_id) override;
+  Result<capacity::PlacesHeld> places_held(std::string_view server) override;
 
  private:
   PostgresHistoryStore(std::shared_ptr<PostgresConnections> connections, const Clock& clock,

@@ -307,6 +307,59 @@ TEST(Multiserver, ATurnWaitingForRoomCostsOneIdleSandboxHoweverManyServersHearIt
   }
 }
 
+// The sandboxes each server counts as its own, and those it counts on the other servers, as
+// their Load pages show them: "a: 1 own, 0 elsewhere; b: ...".
+std::string counted(ApiClient& a, ApiClient& b) {
+  std::string text;
+  for (auto [name, server] : {std::pair{"a", &a}, std::pair{"b", &b}}) {
+    const auto sandboxes = server->get("/api/v1/sandboxes").json["capacity"]["sandboxes"];
+    int own = 0;
+    for (const char* use : {"warm", "starting", "busy", "idle", "deleting"})
+      own += sandboxes[use].get<int>();
+    text += fmt::format("{}{}: {} own, {} elsewhere", text.empty() ? "" : "; ", name, own,
+                        sandboxes["elsewhere"].get<int>());
+  }
+  return text;
+}
+
+// Behind a load balancer a conversation's turns go to any server: its sandbox, made by a and
+// used next through b, is one sandbox to the limits, held by the server that used it last
+// (not by both, which would leave room for one sandbox fewer until a stopped); deleted by a
+// server that no longer holds it, it holds no place anywhere.
+TEST(Multiserver, ASandboxAConversationTakesToAnotherServerIsCountedOnce) {
+  SharedHistory history;
+  QuarryServer a(history.limited("multi-a", 2)), b(history.limited("multi-b", 2));
+  ASSERT_TRUE(a.started() && b.started());
+  ApiClient through_a(a.url()), through_b(b.url());
+  const auto id = through_a.create_conversation("moves between servers");
+  auto first = through_a.cell(id, "python", "x = 41");
+  ASSERT_EQ(first.events.back().data["status"], "completed") << first.body;
+  auto second = through_b.cell(id, "python", "print(x + 1)");
+  ASSERT_EQ(second.events.back().data["status"], "completed") << second.body;
+  EXPECT_TRUE(of_type(second.events, "sandbox").empty()) << "b did not go on in a's sandbox";
+
+  const std::string held_by_b = "a: 0 own, 1 elsewhere; b: 1 own, 0 elsewhere";
+  (void)eventually([&] { return counted(through_a, through_b) == held_by_b; });
+  EXPECT_EQ(counted(through_a, through_b), held_by_b);
+  // With room for two, one conversation more starts at once on either server.
+  const auto other = through_a.create_conversation("the second place");
+  auto ran = through_a.cell(other, "python", "print('room')");
+  ASSERT_EQ(ran.events.back().data["status"], "completed") << ran.body;
+  for (const auto& event : of_type(ran.events, "sandbox"))
+    EXPECT_NE(event.data["kind"], "queued") << ran.body;
+
+  // Deleted through a, which does not hold it: no server counts it any more.
+  EXPECT_EQ(through_a.del("/api/v1/conversations/" + id).status, 204);
+  const std::string only_the_other = "a: 1 own, 0 elsewhere; b: 0 own, 1 elsewhere";
+  (void)eventually([&] { return counted(through_a, through_b) == only_the_other; });
+  EXPECT_EQ(counted(through_a, through_b), only_the_other);
+
+  stop_all({&a, &b});
+  for (const char* instance : {"multi-a", "multi-b"}) {
+    EXPECT_TRUE(sandboxes({{"quarry.instance", instance}}).empty()) << instance;
+  }
+}
+
 // b has a state directory of its own, as a server on another machine would: it never had a's
 // files, so what it serves comes from the bytes the shared history keeps.
 TEST(Multiserver, AnArtifactCollectedThroughOneServerIsServedByAnother) {

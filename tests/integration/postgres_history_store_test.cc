@@ -11,6 +11,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -175,7 +176,7 @@ TEST_F(PostgresHistoryTest, SandboxPlacesHoldTheLimitsAcrossServersTakingAtOnce)
         for (int n = 0; n < kTries; ++n) {
           const std::string user = n % 2 == 0 ? "alice" : "bob";
           ASSIGN_OR_RETURN(bool took, store.take_place({fmt::format("s{}/{}", i, n),
-                                                        fmt::format("s{}", i), user, "local"},
+                                                        fmt::format("s{}", i), user, "local", ""},
                                                        limits));
           if (took) {
             ++taken;
@@ -193,7 +194,7 @@ TEST_F(PostgresHistoryTest, SandboxPlacesHoldTheLimitsAcrossServersTakingAtOnce)
   ManualClock clock;
   auto store = PostgresHistoryStore::open(backend_.url(), clock);
   ASSERT_TRUE(store) << store.error().message;
-  auto everyone = (*store)->places_elsewhere("nobody");
+  auto everyone = (*store)->places_held("nobody");
   ASSERT_TRUE(everyone) << everyone.error().message;
   EXPECT_EQ(everyone->total, 5);
   EXPECT_EQ(everyone->by_account["local"], 5);
@@ -203,15 +204,57 @@ TEST_F(PostgresHistoryTest, SandboxPlacesHoldTheLimitsAcrossServersTakingAtOnce)
       query_text(backend_.url(), "SELECT server FROM sandbox_places LIMIT 1");
   const std::string server = holder.substr(0, holder.find('|'));
   ASSERT_TRUE((*store)->enter({server, "x", "http://127.0.0.1:1", {}, {}, {}}));
-  EXPECT_FALSE(*(*store)->take_place({"late/1", "late", "carol", "local"}, limits));
+  EXPECT_FALSE(*(*store)->take_place({"late/1", "late", "carol", "local", ""}, limits));
   auto claim = (*store)->claim(server, std::chrono::milliseconds(-1000));
   ASSERT_TRUE(claim && *claim);
-  EXPECT_FALSE(*(*store)->take_place({"late/1", "late", "carol", "local"}, limits));
+  EXPECT_FALSE(*(*store)->take_place({"late/1", "late", "carol", "local", ""}, limits));
   ASSERT_TRUE((*store)->taken_over(**claim));
-  auto after = (*store)->places_elsewhere("nobody");
+  auto after = (*store)->places_held("nobody");
   ASSERT_TRUE(after);
   EXPECT_LT(after->total, 5);
-  EXPECT_TRUE(*(*store)->take_place({"late/1", "late", "carol", "local"}, limits));
+  EXPECT_TRUE(*(*store)->take_place({"late/1", "late", "carol", "local", ""}, limits));
+}
+
+// A conversation's turns go to any server: its sandbox's place goes to the server that goes on
+// with it (one place, whoever made it), and whichever server destroys the sandbox frees its
+// place, by the sandbox's id.
+TEST_F(PostgresHistoryTest, ASandboxsPlaceMovesToTheServerGoingOnWithItAndGoesWithIt) {
+  auto store = open();
+  const capacity::PlaceLimits limits{4, 4, 4};
+  ASSERT_TRUE(*store->take_place({"a/1", "a", "alice", "local", ""}, limits));
+  ASSERT_TRUE(*store->take_place({"a/2", "a", "bob", "local", ""}, limits));
+  ASSERT_TRUE(store->name_place("a/1", "s1"));
+  auto places = [&] {
+    return query_text(backend_.url(),
+                      "SELECT key, server, sandbox_id FROM sandbox_places ORDER BY key");
+  };
+  EXPECT_EQ(places(), "a/1|a|s1|\na/2|a||\n");
+
+  ASSERT_TRUE(store->keep_place({"b/7", "b", "alice", "local", "s1"}));
+  EXPECT_EQ(places(), "a/2|a||\nb/7|b|s1|\n");
+  ASSERT_TRUE(store->keep_place({"b/7", "b", "alice", "local", "s1"}));  // b's next turn
+  EXPECT_EQ(places(), "a/2|a||\nb/7|b|s1|\n");
+  auto seen_by_a = store->places_held("a");
+  ASSERT_TRUE(seen_by_a) << seen_by_a.error().message;
+  EXPECT_EQ(seen_by_a->own, std::set<std::string>{"a/2"});
+  EXPECT_EQ(seen_by_a->total, 1);
+  EXPECT_EQ(seen_by_a->by_user["alice"], 1);
+  auto seen_by_b = store->places_held("b");
+  EXPECT_EQ(seen_by_b->own, std::set<std::string>{"b/7"});
+  EXPECT_EQ(seen_by_b->total, 1);
+  EXPECT_EQ(seen_by_b->by_user["bob"], 1);
+
+  // Back to a, under the key of its earlier lease.
+  ASSERT_TRUE(store->keep_place({"a/1", "a", "alice", "local", "s1"}));
+  EXPECT_EQ(places(), "a/1|a|s1|\na/2|a||\n");
+  // Destroyed through b, which does not hold it: its place goes all the same; a key alone
+  // frees only its own.
+  ASSERT_TRUE(store->free_place("", "s1"));
+  EXPECT_EQ(places(), "a/2|a||\n");
+  ASSERT_TRUE(store->free_place("a/3", ""));
+  EXPECT_EQ(places(), "a/2|a||\n");
+  ASSERT_TRUE(store->free_place("a/2", ""));
+  EXPECT_EQ(places(), "");
 }
 
 // Taking over a silent server: one claim of those at once wins; the record stays until the

@@ -68,8 +68,17 @@ class MemoryPlaces final : public SharedPlaces {
     places_[place.key] = place;
     return true;
   }
+  Result<void> name_place(std::string_view key, std::string_view sandbox_id) override {
+    std::lock_guard lock(mutex_);
+    if (auto found = places_.find(std::string(key)); found != places_.end())
+      found->second.sandbox_id = std::string(sandbox_id);
+    return {};
+  }
   Result<void> keep_place(const Place& place) override {
     std::lock_guard lock(mutex_);
+    std::erase_if(places_, [&](const auto& entry) {
+      return !place.sandbox_id.empty() && entry.second.sandbox_id == place.sandbox_id;
+    });
     places_[place.key] = place;
     return {};
   }
@@ -81,16 +90,22 @@ class MemoryPlaces final : public SharedPlaces {
     found->second.user = std::string(user);
     return true;
   }
-  Result<void> free_place(std::string_view key) override {
+  Result<void> free_place(std::string_view key, std::string_view sandbox_id) override {
     std::lock_guard lock(mutex_);
-    places_.erase(std::string(key));
+    std::erase_if(places_, [&](const auto& entry) {
+      return (!key.empty() && entry.first == key) ||
+             (!sandbox_id.empty() && entry.second.sandbox_id == sandbox_id);
+    });
     return {};
   }
-  Result<PlacesHeld> places_elsewhere(std::string_view server) override {
+  Result<PlacesHeld> places_held(std::string_view server) override {
     std::lock_guard lock(mutex_);
     PlacesHeld held;
     for (const auto& [key, place] : places_) {
-      if (place.server == server) continue;
+      if (place.server == server) {
+        held.own.insert(key);
+        continue;
+      }
       ++held.total;
       if (!place.user.empty()) ++held.by_user[place.user];
       ++held.by_account[place.account];
@@ -557,6 +572,48 @@ TEST(Scheduler, AHoldIsRefusedWhenAnotherServerHoldsTheRoom) {
   EXPECT_EQ(b.stats(true).elsewhere, 1);
   ASSERT_TRUE(a.destroy(held->sandbox_id));
   EXPECT_TRUE(b.hold("bob", {}));
+}
+
+// Servers on one provider, as behind a load balancer: a conversation's sandbox made on a goes
+// on in a turn on b (b adopts it). It is one sandbox to the limits, counted by b alone once a
+// looks again, so the other place of the total is there for others; back on a, it is a's
+// again; destroyed through a server that does not hold it, its place goes all the same.
+TEST(Scheduler, ASandboxAnotherServerGoesOnWithIsCountedOnceAndFreedByEither) {
+  CountingProvider shared("s-");
+  MemoryPlaces places;
+  Scheduler a({{"local", &shared, 2}}, limits(2, 2, 1s)),
+      b({{"local", &shared, 2}}, limits(2, 2, 1s));
+  a.share_limits(places, "a");
+  b.share_limits(places, "b");
+  auto made = a.acquire(request("alice", "moving"));
+  ASSERT_TRUE(made) << made.error().message;
+  a.set_busy(made->sandbox_id, false);
+  b.adopt(made->sandbox_id, "alice", "moving");
+  EXPECT_EQ(places.size(), 1u) << "one sandbox holds two places";
+  const Stats on_a = a.stats(true), on_b = b.stats(true);
+  EXPECT_EQ(on_a.idle + on_a.busy, 0) << "a still counts the sandbox b went on with";
+  EXPECT_EQ(on_a.elsewhere, 1);
+  EXPECT_EQ(on_b.busy, 1);
+  EXPECT_EQ(on_b.elsewhere, 0);
+  // Room for one more on a at once: the total of 2 is one sandbox and one free place.
+  auto second = a.acquire(request("bob", "second"));
+  ASSERT_TRUE(second) << second.error().message;
+  ASSERT_TRUE(a.destroy(second->sandbox_id));
+
+  // Back on a: a's again, and b no longer counts it.
+  b.set_busy(made->sandbox_id, false);
+  a.adopt(made->sandbox_id, "alice", "moving");
+  EXPECT_EQ(places.size(), 1u);
+  EXPECT_EQ(b.stats(true).idle, 0);
+  EXPECT_EQ(a.stats(true).busy, 1);
+  a.set_busy(made->sandbox_id, false);
+  // On b again, then destroyed through a, which does not hold it: b's place goes.
+  b.adopt(made->sandbox_id, "alice", "moving");
+  b.set_busy(made->sandbox_id, false);
+  ASSERT_TRUE(a.destroy(made->sandbox_id));
+  EXPECT_EQ(places.size(), 0u) << "a destroyed sandbox kept its place on the server holding it";
+  EXPECT_EQ(b.stats(true).idle, 0);
+  EXPECT_EQ(shared.existing(), 0u);
 }
 
 // A turn waiting on b while a's idle sandboxes take the shared room asks the other servers
