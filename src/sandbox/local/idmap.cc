@@ -4,6 +4,7 @@
 #include <linux/mount.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,31 +14,54 @@
 namespace quarry::sandbox::local {
 namespace {
 
+constexpr size_t kChildStack = 16 * 1024;
+
+// Runs in the child while it shares our memory (CLONE_VM), on a stack of its own: only system
+// calls. Every descriptor but its end of the pipe goes: the parent closing the other end must
+// be the end of the file, and a child made at the same time by another thread holds a copy of
+// this pipe's write end (and this child of its pipe's) unless both close what they inherited.
+int wait_for_release(void* raw) {
+  const unsigned wait_fd = *static_cast<const unsigned*>(raw);
+  if (wait_fd > 0) ::syscall(SYS_close_range, 0u, wait_fd - 1, 0u);
+  ::syscall(SYS_close_range, wait_fd + 1, ~0u, 0u);
+  char byte;
+  (void)!::syscall(SYS_read, wait_fd, &byte, 1);
+  ::syscall(SYS_exit, 0);
+  return 0;
+}
+
 // A user namespace whose ids [from, from + count) are the host's [to, to + count): made by a
 // child born in it, which waits on a pipe while its maps are written and its namespace opened,
-// then exits.
+// then exits. The child shares our memory rather than copying it as fork would: a copy of a
+// server's address space (and, with its threads on other CPUs, the TLB shootdowns of making
+// it copy-on-write) for a child that only reads a pipe.
 Result<UniqueFd> mapping_namespace(uint32_t from, uint32_t to, uint32_t count) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return errno_error("pipe2");
   UniqueFd wait_end(pipe_fds[0]), release_end(pipe_fds[1]);
-  // Raw clone: like fork, but the child starts in a new user namespace. It only closes, reads
-  // and exits, which is safe in the child of a threaded process.
-  const long pid = ::syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, nullptr, nullptr, nullptr, 0);
-  if (pid < 0) return errno_error("clone(CLONE_NEWUSER)");
-  if (pid == 0) {
-    // Every descriptor but its own end of the pipe: the parent closing the other end must be the
-    // end of the file, and a child made at the same time by another thread holds a copy of this
-    // pipe's write end (and this child of its pipe's) unless both close what they inherited.
-    const unsigned wait_fd = static_cast<unsigned>(wait_end.get());
-    if (wait_fd > 0) ::syscall(SYS_close_range, 0u, wait_fd - 1, 0u);
-    ::syscall(SYS_close_range, wait_fd + 1, ~0u, 0u);
-    char byte;
-    (void)!::read(wait_end.get(), &byte, 1);
-    ::_exit(0);
+  void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return errno_error("mmap(child stack)");
+  unsigned wait_fd = static_cast<unsigned>(wait_end.get());
+  // No signal handler may run in a child that shares our memory: everything is blocked around
+  // clone, and the child keeps that mask until it exits.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = ::clone(wait_for_release, static_cast<char*>(stack) + kChildStack,
+                            CLONE_VM | CLONE_NEWUSER | SIGCHLD, &wait_fd);
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    ::munmap(stack, kChildStack);
+    errno = clone_errno;
+    return errno_error("clone(CLONE_NEWUSER)");
   }
+  // Its stack is ours until it has exited.
   auto done = [&] {
     release_end.reset();
-    ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    ::waitpid(pid, nullptr, 0);
+    ::munmap(stack, kChildStack);
   };
   const std::string map = fmt::format("{} {} {}\n", from, to, count);
   for (const char* file : {"uid_map", "gid_map"}) {
