@@ -4,12 +4,12 @@
 #include <linux/mount.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/file_util.h"
+#include "sandbox/local/spawn.h"
 
 namespace quarry::sandbox::local {
 namespace {
@@ -39,29 +39,14 @@ Result<UniqueFd> mapping_namespace(uint32_t from, uint32_t to, uint32_t count) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return errno_error("pipe2");
   UniqueFd wait_end(pipe_fds[0]), release_end(pipe_fds[1]);
-  void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return errno_error("mmap(child stack)");
+  // Its stack is ours until it has exited (declared before `done`, which waits for that).
+  ASSIGN_OR_RETURN(ChildStack stack, ChildStack::make(kChildStack));
   unsigned wait_fd = static_cast<unsigned>(wait_end.get());
-  // No signal handler may run in a child that shares our memory: everything is blocked around
-  // clone, and the child keeps that mask until it exits.
-  sigset_t all, old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t pid = ::clone(wait_for_release, static_cast<char*>(stack) + kChildStack,
-                            CLONE_VM | CLONE_NEWUSER | SIGCHLD, &wait_fd);
-  const int clone_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) {
-    ::munmap(stack, kChildStack);
-    errno = clone_errno;
-    return errno_error("clone(CLONE_NEWUSER)");
-  }
-  // Its stack is ours until it has exited.
+  const pid_t pid = stack.clone(wait_for_release, &wait_fd, CLONE_VM | CLONE_NEWUSER | SIGCHLD);
+  if (pid < 0) return errno_error("clone(CLONE_NEWUSER)");
   auto done = [&] {
     release_end.reset();
     ::waitpid(pid, nullptr, 0);
-    ::munmap(stack, kChildStack);
   };
   const std::string map = fmt::format("{} {} {}\n", from, to, count);
   for (const char* file : {"uid_map", "gid_map"}) {

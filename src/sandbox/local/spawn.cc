@@ -50,6 +50,28 @@ Result<UniqueFd> high_fd(int fd) {
 
 }  // namespace
 
+Result<ChildStack> ChildStack::make(size_t size) {
+  void* base =
+      ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (base == MAP_FAILED) return errno_error("mmap(child stack)");
+  return ChildStack(base, size);
+}
+
+ChildStack::~ChildStack() {
+  if (base_ != nullptr) ::munmap(base_, size_);
+}
+
+pid_t ChildStack::clone(int (*fn)(void*), void* arg, int flags, int* pidfd) {
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = ::clone(fn, static_cast<char*>(base_) + size_, flags, arg, pidfd);
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = clone_errno;
+  return pid;
+}
+
 Result<InitProcess> spawn_init(const std::filesystem::path& init_binary, int log_fd) {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -71,28 +93,15 @@ Result<InitProcess> spawn_init(const std::filesystem::path& init_binary, int log
   char* envp[] = {nullptr};  // nothing of the host's environment goes in
   ChildArgs args{path.c_str(), argv, envp, theirs.get(), log.get(), null_fd.get()};
 
-  void* stack = ::mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return errno_error("mmap(child stack)");
-
-  // While the child shares our memory no signal handler may run in it: block everything
-  // around clone (the child keeps the full mask through execve; init sets its own).
-  sigset_t all, old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  int pidfd = -1;
   // CLONE_VFORK: we resume once the child has called execve, like posix_spawn, and without
-  // copying our page tables as fork would.
+  // copying our page tables as fork would. The child keeps the full signal mask through
+  // execve; init sets its own.
+  ASSIGN_OR_RETURN(ChildStack stack, ChildStack::make(kChildStack));
+  int pidfd = -1;
   const int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID |
                     CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD;
-  pid_t pid = ::clone(child_main, static_cast<char*>(stack) + kChildStack, flags, &args, &pidfd);
-  const int clone_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  ::munmap(stack, kChildStack);
-  if (pid < 0) {
-    errno = clone_errno;
-    return errno_error("clone(new mount, pid, net, uts and ipc namespaces)");
-  }
+  const pid_t pid = stack.clone(child_main, &args, flags, &pidfd);
+  if (pid < 0) return errno_error("clone(new mount, pid, net, uts and ipc namespaces)");
   InitProcess init;
   init.pid = pid;
   init.pidfd.reset(pidfd);

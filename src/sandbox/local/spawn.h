@@ -6,11 +6,33 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <utility>
 
 #include "common/error.h"
 #include "common/unique_fd.h"
 
 namespace quarry::sandbox::local {
+
+// A stack of its own for a child that shares our memory (CLONE_VM), unmapped when this goes: it
+// must outlive the child, or with CLONE_VFORK the clone call.
+class ChildStack {
+ public:
+  static Result<ChildStack> make(size_t size);
+  ChildStack(ChildStack&& other) noexcept
+      : base_(std::exchange(other.base_, nullptr)), size_(other.size_) {}
+  ChildStack& operator=(ChildStack&&) = delete;
+  ~ChildStack();
+
+  // clone(2) of `fn(arg)` on this stack with `flags` (CLONE_VM among them), every signal
+  // blocked around the call, so no handler ever runs in the child: `fn` may make system calls
+  // only. Returns the pid, or -1 with errno set.
+  pid_t clone(int (*fn)(void*), void* arg, int flags, int* pidfd = nullptr);
+
+ private:
+  ChildStack(void* base, size_t size) : base_(base), size_(size) {}
+  void* base_;
+  size_t size_;
+};
 
 struct InitProcess {
   pid_t pid = 0;     // in our pid namespace
