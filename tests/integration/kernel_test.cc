@@ -173,6 +173,32 @@ TEST_F(KernelTest, AStepsCpuTimeIsItsCodes) {
   EXPECT_LE(child.exec->cpu_ms, child.exec->run_ms * 1.1 + 1);
 }
 
+// With a thread of an earlier step busy on the other CPU, a short step was shown taking more
+// CPU than its length on every CPU, which no step can: the busy thread's time is added to the
+// process's only when it stops, so time of before the step came into it; and the host, taking
+// its clock after writing the request, could miss most of a step that ran meanwhile.
+TEST_F(KernelTest, AStepsCpuTimeFitsInItsRunTimeWhileAThreadOfAnEarlierStepRuns) {
+  auto busy = python(
+      "import hashlib, threading\n"
+      "done = threading.Event()\n"
+      "def hash_until_done():\n"
+      "    data = b'x' * 20_000_000\n"
+      "    while not done.is_set():\n"
+      "        hashlib.sha256(data).digest()  # without the GIL\n"
+      "threading.Thread(target=hash_until_done, daemon=True).start()\n");
+  ASSERT_TRUE(busy.ok) << busy.content;
+  const unsigned cpus = std::thread::hardware_concurrency();
+  for (int step = 0; step < 20; ++step) {
+    auto light = python("y = 2");
+    ASSERT_TRUE(light.ok) << light.content;
+    ASSERT_TRUE(light.exec);
+    EXPECT_LE(light.exec->cpu_ms, light.exec->run_ms * cpus + 0.01)
+        << "step " << step << ": run " << light.exec->run_ms << " ms, CPU " << light.exec->cpu_ms
+        << " ms on " << cpus << " CPUs";
+  }
+  ASSERT_TRUE(python("done.set()").ok);
+}
+
 TEST_F(KernelTest, FiguresLeftOpenAreSavedAsPng) {
   auto chart = python(
       "import matplotlib.pyplot as plt\n"

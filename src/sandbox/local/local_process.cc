@@ -171,8 +171,10 @@ Result<StepResult> LocalProcess::step(const StepRequest& request) {
     auto counted = network_activity(parts_.network_control, UINT64_MAX);
     if (counted) network_before = std::move(*counted);
   }
-  RETURN_IF_ERROR(write_frame(request.message));
+  // Taken before the write: once the request is out, the process may answer before this thread
+  // runs again.
   const auto sent = Clock::now();
+  RETURN_IF_ERROR(write_frame(request.message));
   Clock::time_point answered = sent;
 
   Capture captures[] = {{parts_.stdout_read.get(), OutputStream::kStdout, &result.stdout_text},
