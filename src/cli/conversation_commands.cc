@@ -43,10 +43,10 @@ std::string one_line(std::string_view text, size_t width) {
 }
 
 std::string exec_line(const sandbox::ExecResult& r) {
-  std::string line =
-      fmt::format("exit {}, run {:.0f} ms, cpu {:.0f} ms, peak {} of {}, overhead {:.2f} ms",
-                  r.exit_code, r.run_ms, r.cpu_ms, format_size(r.peak_memory_bytes),
-                  format_size(r.memory_limit_bytes), r.overhead_ms);
+  std::string line = fmt::format("exit {}, run {}, cpu {}, peak {} of {}, overhead {}", r.exit_code,
+                                 format_elapsed(r.run_ms), format_elapsed(r.cpu_ms),
+                                 format_size(r.peak_memory_bytes),
+                                 format_size(r.memory_limit_bytes), format_elapsed(r.overhead_ms));
   if (r.oom) line += ", OOM";
   if (r.timed_out) line += ", timed out";
   return line;

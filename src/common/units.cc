@@ -1,5 +1,7 @@
 #include "common/units.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -158,6 +160,12 @@ std::string format_duration(Duration duration) {
   }
   if (seconds > 0 || out.empty()) out += fmt::format("{}s", seconds);
   return out;
+}
+
+std::string format_elapsed(double milliseconds) {
+  if (milliseconds < 9.95) return fmt::format("{:.1f} ms", milliseconds);
+  if (milliseconds < 999.5) return fmt::format("{:.0f} ms", milliseconds);
+  return fmt::format("{:.2f} s", milliseconds / 1000);
 }
 
 }  // namespace quarry

@@ -30,4 +30,7 @@ std::string format_size(uint64_t bytes);
 // "120s", "15m", "1h30m", "250ms".
 std::string format_duration(Duration duration);
 
+// A measured time, as the web UI shows it: "0.4 ms", "12 ms", "1.23 s".
+std::string format_elapsed(double milliseconds);
+
 }  // namespace quarry

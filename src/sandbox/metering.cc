@@ -24,9 +24,9 @@ std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes)
 }
 
 std::string metering_line(const ExecResult& r) {
-  return fmt::format("exit code {} · {:.2f} s · CPU {:.2f} s · peak memory {} MB of {} MB",
-                     r.exit_code, r.run_ms / 1000, r.cpu_ms / 1000, megabytes(r.peak_memory_bytes),
-                     megabytes(r.memory_limit_bytes));
+  return fmt::format("exit code {} · {} · CPU {} · peak memory {} MB of {} MB", r.exit_code,
+                     format_elapsed(r.run_ms), format_elapsed(r.cpu_ms),
+                     megabytes(r.peak_memory_bytes), megabytes(r.memory_limit_bytes));
 }
 
 std::optional<std::string> network_message(const ExecResult& result) {

@@ -19,6 +19,7 @@ std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes)
 
 // One line for the model after each command:
 //   exit code 0 · 1.23 s · CPU 1.20 s · peak memory 171 MB of 1024 MB
+//   exit code 1 · 0.4 ms · CPU 0.4 ms · peak memory 86 MB of 1024 MB
 std::string metering_line(const ExecResult& result);
 
 // What the sandbox's network allowlist refused the command, or nothing:

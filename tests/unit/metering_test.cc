@@ -10,6 +10,25 @@ TEST(Metering, OomMessageIsTheAgentFacingText) {
             "Killed: command ran out of memory.\nPeak memory: 973 MB\nSandbox limit: 1024 MB");
 }
 
+// The line the model reads after each command; a step of a kernel is often under a millisecond.
+TEST(Metering, MeteringLineGivesShortTimesInMilliseconds) {
+  ExecResult quick;
+  quick.exit_code = 1;
+  quick.run_ms = 0.42;
+  quick.cpu_ms = 0.38;
+  quick.peak_memory_bytes = 86ull << 20;
+  quick.memory_limit_bytes = 1024ull << 20;
+  EXPECT_EQ(metering_line(quick),
+            "exit code 1 · 0.4 ms · CPU 0.4 ms · peak memory 86 MB of 1024 MB");
+
+  ExecResult slow = quick;
+  slow.exit_code = 0;
+  slow.run_ms = 1234;
+  slow.cpu_ms = 1201;
+  EXPECT_EQ(metering_line(slow),
+            "exit code 0 · 1.23 s · CPU 1.20 s · peak memory 86 MB of 1024 MB");
+}
+
 TEST(Metering, DescribeChoosesOomOverTimeout) {
   ExecResult result;
   result.oom = true;

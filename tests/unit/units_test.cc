@@ -83,5 +83,18 @@ TEST(FormatDuration, RoundTripsWithParse) {
   EXPECT_EQ(format_duration(std::chrono::seconds(30)), "30s");
 }
 
+// Short steps read in milliseconds, so a 0.4 ms step does not read "0.00 s".
+TEST(FormatElapsed, ReadsAsTheWebUiShowsIt) {
+  EXPECT_EQ(format_elapsed(0), "0.0 ms");
+  EXPECT_EQ(format_elapsed(0.42), "0.4 ms");
+  EXPECT_EQ(format_elapsed(9.94), "9.9 ms");
+  EXPECT_EQ(format_elapsed(9.96), "10 ms");
+  EXPECT_EQ(format_elapsed(12.4), "12 ms");
+  EXPECT_EQ(format_elapsed(999.4), "999 ms");
+  EXPECT_EQ(format_elapsed(999.6), "1.00 s");
+  EXPECT_EQ(format_elapsed(1234), "1.23 s");
+  EXPECT_EQ(format_elapsed(125000), "125.00 s");
+}
+
 }  // namespace
 }  // namespace quarry

@@ -84,9 +84,10 @@ class Printer {
         const auto& result = *event.result;
         if (result.exec) {
           const auto& r = *result.exec;
-          std::cout << fmt::format("  {} exit {} · {:.2f} s · CPU {:.2f} s · peak {} of {}{}\n",
-                                   result.ok ? "ok" : "failed:", r.exit_code, r.run_ms / 1000,
-                                   r.cpu_ms / 1000, format_size(r.peak_memory_bytes),
+          std::cout << fmt::format("  {} exit {} · {} · CPU {} · peak {} of {}{}\n",
+                                   result.ok ? "ok" : "failed:", r.exit_code,
+                                   format_elapsed(r.run_ms), format_elapsed(r.cpu_ms),
+                                   format_size(r.peak_memory_bytes),
                                    format_size(r.memory_limit_bytes),
                                    r.oom         ? " · out of memory"
                                    : r.timed_out ? " · timed out"
