@@ -2,9 +2,10 @@
 // limit and a 4 KiB output limit): the answer's Markdown table and highlighted code block, still
 // without its script; SQL and Python highlighted, and a Copy that copies; a PNG chart inline; a
 // CSV of 45 rows paged and sorted in the browser; output cut at the limit, saying so; a
-// traceback and a timed-out step in red with what the model was told; Expand all and Collapse
-// all. Then the failing step is fixed and run as a cell, and the question edited and asked
-// again: the model's answer quotes the cell, so cells and questions are one conversation.
+// traceback and a timed-out step in red with what the model was told (less the output shown
+// above it); Expand all and Collapse all. Then the failing step is fixed and run as a cell, and
+// the question edited and asked again: the model's answer quotes the cell, so cells and
+// questions are one conversation.
 import {
   ask,
   assert,
@@ -152,6 +153,11 @@ await run(async (browser) => {
   assert.ok(await traceback.evaluate((node) => node.classList.contains("error-output")));
   assert.equal(await color(traceback), kRed);
   assert.equal(await color(failing.locator("summary")), kRed);
+  // Under it what the model read, with its times as the summary gives them and the traceback
+  // not a second time.
+  const failingTold = await failing.locator("pre.result.error-output").innerText();
+  assert.match(failingTold, /^exit code 1 · [\d.]+ m?s · CPU [\d.]+ m?s · peak memory \d+ MB of 1024 MB\n--- stderr: shown above ---\nCode error: Read the error above/);
+  assert.doesNotMatch(failingTold, /Traceback|ZeroDivisionError/);
 
   // The step that ran out of time: red, with what the model was told (and advised).
   assert.ok(await slow.evaluate((node) => node.classList.contains("bad")), "the timed-out step is marked");
@@ -162,6 +168,8 @@ await run(async (browser) => {
   assert.match(await told.innerText(), /Timed out: command ran longer than 5s and was interrupted \(KeyboardInterrupt\); the kernel goes on/);
   assert.equal(await color(told), kRed);
   assert.match(await told.innerText(), /Environment error \(timeout\): Do not run it again as it is/);
+  assert.match(await told.innerText(), /\n--- stdout: shown above ---\n/);
+  assert.doesNotMatch(await told.innerText(), /computing slowly/);
   await screenshot(page, "chat-steps", query);
   await screenshot(page, "chat-failed-steps", failing);
 

@@ -46,6 +46,23 @@ function summary(step: Step): string {
   return parts.join(" · ");
 }
 
+// What the model read after a step, less the output already shown above it in full: the
+// "--- stderr ---" section (a traceback, most often) would otherwise be read twice. An output
+// the model read cut differs from the step's and stays.
+function toldBesidesOutput(content: string, step: Step): string {
+  let told = content;
+  for (const [name, text] of [["stdout", step.stdout], ["stderr", step.stderr]] as const) {
+    const section = `--- ${name} ---\n${text}`;
+    if (!text || !told.includes(section)) continue;
+    // Each part after the output starts on a line of its own; keep the output's last line break
+    // only if the next part needs it.
+    const next = told.slice(told.indexOf(section) + section.length);
+    const lineBreak = text.endsWith("\n") && next !== "" && !next.startsWith("\n") ? "\n" : "";
+    told = told.replace(section, `--- ${name}: shown above ---${lineBreak}`);
+  }
+  return told;
+}
+
 // Lines of a traceback or error output, so they can be shown as errors.
 function isErrorOutput(text: string): boolean {
   return /Traceback \(most recent call last\)|^\w+Error: /m.test(text);
@@ -102,7 +119,7 @@ export function StepView({ step, items, expanded, keepOpen, onEditCell }: Props)
           </div>
         )}
         {showContent ? (
-          <pre class={bad ? "result error-output" : "result"}>{step.content}</pre>
+          <pre class={bad ? "result error-output" : "result"}>{bad ? toldBesidesOutput(step.content!, step) : step.content}</pre>
         ) : (
           step.metering?.message && <pre class="error-output">{step.metering.message}</pre>
         )}
