@@ -124,7 +124,7 @@ Result<std::unique_ptr<CgroupDriver>> make_cgroup_driver(const std::vector<Cgrou
                     fmt::join(missing, ", "));
 }
 
-Result<std::unique_ptr<CgroupDriver>> detect_cgroups(std::string_view parent) {
+Result<std::vector<CgroupMount>> read_cgroup_mounts() {
   ASSIGN_OR_RETURN(auto mountinfo, read_file("/proc/self/mountinfo"));
   auto mounts = parse_cgroup_mounts(mountinfo);
   for (auto& mount : mounts) {
@@ -135,7 +135,7 @@ Result<std::unique_ptr<CgroupDriver>> detect_cgroups(std::string_view parent) {
     for (std::string word; words >> word;)
       mount.controllers.push_back(word);
   }
-  return make_cgroup_driver(mounts, parent);
+  return mounts;
 }
 
 std::optional<Remount> favordynmods_remount(const CgroupMount& mount) {
@@ -161,9 +161,8 @@ std::optional<Remount> favordynmods_remount(const CgroupMount& mount) {
   return remount;
 }
 
-Result<bool> favor_dynamic_modifications() {
-  ASSIGN_OR_RETURN(auto mountinfo, read_file("/proc/self/mountinfo"));
-  for (const auto& mount : parse_cgroup_mounts(mountinfo)) {
+Result<bool> favor_dynamic_modifications(const std::vector<CgroupMount>& mounts) {
+  for (const auto& mount : mounts) {
     if (!mount.unified) continue;
     auto remount = favordynmods_remount(mount);
     if (!remount) return true;

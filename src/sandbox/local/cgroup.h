@@ -1,6 +1,6 @@
 // cgroups for sandboxes: limits on the sandbox, one child cgroup per exec for metering. The host
-// may have cgroup v1, v2, or both (hybrid); detect_cgroups() picks the driver that has every
-// controller quarry needs.
+// may have cgroup v1, v2, or both (hybrid); make_cgroup_driver(read_cgroup_mounts()) picks the
+// driver that has every controller quarry needs.
 //
 // Layout (the same shape in each hierarchy):
 //   <root>/quarry/<sandbox>/          limits: memory (no swap), cpu quota, pids; where the
@@ -128,8 +128,9 @@ std::vector<CgroupMount> parse_cgroup_mounts(std::string_view mountinfo);
 Result<std::unique_ptr<CgroupDriver>> make_cgroup_driver(const std::vector<CgroupMount>& mounts,
                                                          std::string_view parent = "quarry");
 
-// Reads /proc/self/mountinfo and the v2 controllers, then make_cgroup_driver().
-Result<std::unique_ptr<CgroupDriver>> detect_cgroups(std::string_view parent = "quarry");
+// The cgroup filesystems mounted here, from /proc/self/mountinfo, with the controllers of the
+// v2 ones: what make_cgroup_driver() and favor_dynamic_modifications() take.
+Result<std::vector<CgroupMount>> read_cgroup_mounts();
 
 // Moving a process into a cgroup takes a global lock whose fast path costs an RCU grace period
 // (about 8 ms here) whenever no migration happened in the last few milliseconds, which is every
@@ -137,7 +138,7 @@ Result<std::unique_ptr<CgroupDriver>> detect_cgroups(std::string_view parent = "
 // makes migrations take microseconds instead, for all hierarchies, v1 ones too, at a small cost
 // to fork and exit. This remounts the host's cgroup2 filesystem with it, keeping its other
 // options. Returns false when there is no cgroup2 mount; an error when the kernel refuses.
-Result<bool> favor_dynamic_modifications();
+Result<bool> favor_dynamic_modifications(const std::vector<CgroupMount>& mounts);
 
 // The options to remount `mount` with favordynmods added, or nullopt if it has it already.
 struct Remount {

@@ -120,8 +120,7 @@ Result<NetworkPolicy> checked_network(const NetworkPolicy& network) {
 
 // quarry-init or quarry-proxy: beside the running executable, or where an installation keeps
 // them.
-std::filesystem::path helper_binary(std::string_view name) {
-  const auto self = this_executable();
+std::filesystem::path helper_binary(const std::filesystem::path& self, std::string_view name) {
   if (self.empty()) return name;
   for (const auto& candidate :
        {self.parent_path() / name, self.parent_path() / "../libexec/quarry" / name}) {
@@ -220,15 +219,19 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& 
                       "the local sandbox provider needs root (it sets up namespaces, cgroups and "
                       "mounts); run quarry as root");
   }
-  if (options.init_binary.empty()) options.init_binary = helper_binary("quarry-init");
-  if (options.proxy_binary.empty()) options.proxy_binary = helper_binary("quarry-proxy");
+  if (options.init_binary.empty() || options.proxy_binary.empty()) {
+    const auto self = this_executable();
+    if (options.init_binary.empty()) options.init_binary = helper_binary(self, "quarry-init");
+    if (options.proxy_binary.empty()) options.proxy_binary = helper_binary(self, "quarry-proxy");
+  }
   if (::access(options.init_binary.c_str(), X_OK) != 0) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "quarry-init was not found at '{}'; build it (scripts/setup) or install it "
                       "beside quarry",
                       options.init_binary.string());
   }
-  ASSIGN_OR_RETURN(auto cgroups, detect_cgroups());
+  ASSIGN_OR_RETURN(auto mounts, read_cgroup_mounts());
+  ASSIGN_OR_RETURN(auto cgroups, make_cgroup_driver(mounts));
   const auto optional = cgroups->optional_controllers();
   spdlog::debug("cgroup {} with memory, cpu, pids{}{}", cgroups->version(),
                 optional.empty() ? "" : ", ", fmt::join(optional, ", "));
@@ -239,7 +242,7 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& 
         "are not throttled (sandbox.local.disk_io)");
   }
   if (config.local.favordynmods) {
-    auto tuned = favor_dynamic_modifications();
+    auto tuned = favor_dynamic_modifications(mounts);
     if (!tuned) {
       spdlog::warn(
           "{}; starting a sandbox or a command may wait for an RCU grace period "
