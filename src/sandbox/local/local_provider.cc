@@ -219,11 +219,9 @@ Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& 
                       "the local sandbox provider needs root (it sets up namespaces, cgroups and "
                       "mounts); run quarry as root");
   }
-  if (options.init_binary.empty() || options.proxy_binary.empty()) {
-    const auto self = this_executable();
-    if (options.init_binary.empty()) options.init_binary = helper_binary(self, "quarry-init");
-    if (options.proxy_binary.empty()) options.proxy_binary = helper_binary(self, "quarry-proxy");
-  }
+  const auto self = this_executable();
+  if (options.init_binary.empty()) options.init_binary = helper_binary(self, "quarry-init");
+  if (options.proxy_binary.empty()) options.proxy_binary = helper_binary(self, "quarry-proxy");
   if (::access(options.init_binary.c_str(), X_OK) != 0) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "quarry-init was not found at '{}'; build it (scripts/setup) or install it "

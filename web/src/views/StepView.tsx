@@ -48,17 +48,12 @@ function summary(step: Step): string {
 
 // What the model read after a step, less the output already shown above it in full: the
 // "--- stderr ---" section (a traceback, most often) would otherwise be read twice. An output
-// the model read cut differs from the step's and stays.
+// the model read cut differs from the step's and stays. Each part after an output starts with
+// a line break of its own, so the output's last one goes with it.
 function toldBesidesOutput(content: string, step: Step): string {
   let told = content;
   for (const [name, text] of [["stdout", step.stdout], ["stderr", step.stderr]] as const) {
-    const section = `--- ${name} ---\n${text}`;
-    if (!text || !told.includes(section)) continue;
-    // Each part after the output starts on a line of its own; keep the output's last line break
-    // only if the next part needs it.
-    const next = told.slice(told.indexOf(section) + section.length);
-    const lineBreak = text.endsWith("\n") && next !== "" && !next.startsWith("\n") ? "\n" : "";
-    told = told.replace(section, `--- ${name}: shown above ---${lineBreak}`);
+    if (text) told = told.replace(`--- ${name} ---\n${text}`, `--- ${name}: shown above ---`);
   }
   return told;
 }
