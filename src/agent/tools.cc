@@ -225,8 +225,8 @@ ToolResult Toolbox::export_query(const nlohmann::json& arguments, conversation::
       });
   if (!exported) return failed(exported.error().message);
   const auto& summary = exported->summary;
-  std::string content = fmt::format("Wrote {} rows to {} ({}, {:.0f} ms).", summary.rows,
-                                    exported->path, format_size(summary.bytes), summary.elapsed_ms);
+  std::string content = fmt::format("Wrote {} rows to {} ({}, {}).", summary.rows, exported->path,
+                                    format_size(summary.bytes), format_elapsed(summary.elapsed_ms));
   auto json = data::to_json(*exported);
   if (json.contains("message") && json["message"].is_string()) {
     content += " " + json["message"].get<std::string>();

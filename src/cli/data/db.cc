@@ -4,6 +4,7 @@
 #include "cli/data/data_room.h"
 #include "common/file_util.h"
 #include "common/progress.h"
+#include "common/units.h"
 #include "data/database.h"
 #include "data/demo_data.h"
 #include "data/postgres_server.h"
@@ -23,8 +24,8 @@ std::function<void(uint64_t)> export_progress(Progress& progress) {
 }
 
 void print_export(const data::ExportSummary& summary, std::string_view where) {
-  std::cout << fmt::format("{}: {} rows, {}, {:.0f} ms\n", where, summary.rows,
-                           format_size(summary.bytes), summary.elapsed_ms);
+  std::cout << fmt::format("{}: {} rows, {}, {}\n", where, summary.rows, format_size(summary.bytes),
+                           format_elapsed(summary.elapsed_ms));
   for (const auto& column : summary.columns) {
     std::cout << fmt::format("  {}: {} -> {}{}\n", column.name, column.sql_type,
                              column.parquet_type, column.note.empty() ? "" : ": " + column.note);
