@@ -4,21 +4,19 @@
 
 namespace quarry::cli {
 
-std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, int& exit_code,
+std::unique_ptr<CommandGroup> add_ask_command(CLI::App& command, Context& context, int& exit_code,
                                               DataCommands& data) {
   auto options = std::make_unique<AskOptions>();
-  auto* command = app.add_subcommand(
-      "ask", "ask the agent a question about the data; streams its work and answer");
-  command->add_option("question", options->question, "the question")->required();
-  auto* conversation = command->add_option("--conversation", options->conversation_id,
-                                           "continue this conversation (default: start a new one)");
+  command.add_option("question", options->question, "the question")->required();
+  auto* conversation = command.add_option("--conversation", options->conversation_id,
+                                          "continue this conversation (default: start a new one)");
   command
-      ->add_option("--package", options->packages,
-                   "an extra Python package for a new conversation's sandboxes, e.g. "
-                   "tabulate==0.9.0 (repeatable)")
+      .add_option("--package", options->packages,
+                  "an extra Python package for a new conversation's sandboxes, e.g. "
+                  "tabulate==0.9.0 (repeatable)")
       ->allow_extra_args(false)
       ->excludes(conversation);
-  command->callback(
+  command.callback(
       [&context, &exit_code, &data, &opts = *options] { exit_code = data.ask(context, opts); });
   return options;
 }

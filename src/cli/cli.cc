@@ -6,6 +6,45 @@
 #include "common/log.h"
 
 namespace quarry::cli {
+namespace {
+
+// The command groups (and single commands) in the order `quarry --help` lists them.
+struct Command {
+  std::string_view name;
+  const char* description;
+  std::unique_ptr<CommandGroup> (*add)(CLI::App& group, Context& context, int& exit_code,
+                                       DataCommands& data);
+};
+
+constexpr Command kCommands[] = {
+    {"sandbox", "create, use and remove sandboxes", add_sandbox_commands},
+    {"snapshot", "freeze sandboxes into snapshots that new sandboxes start from; list, remove",
+     add_snapshot_commands},
+    {"image", "build, lock and list sandbox images", add_image_commands},
+    {"db", "quarry's PostgreSQL: start, stop, seed, query, export", add_db_commands},
+    {"conversations", "list and read conversations", add_conversation_commands},
+    {"ask", "ask the agent a question about the data; streams its work and answer",
+     add_ask_command},
+    {"serve", "run the HTTP API and the web UI until SIGTERM or Ctrl-C", add_serve_command},
+    {"token", "API tokens for quarry serve: one per user; the file keeps only their hashes",
+     add_token_commands},
+};
+
+// The command argv names: its first argument that is neither an option nor the value of one of
+// `app`'s own options (empty if there is none, as in `quarry --help`).
+std::string_view named_command(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!arg.starts_with('-')) return arg;
+    if (arg.find('=') != std::string_view::npos) continue;
+    const CLI::Option* option = app.get_option_no_throw(std::string(arg));
+    if (option != nullptr && option->get_type_size_min() > 0) ++i;  // its value
+  }
+  return {};
+}
+
+}  // namespace
 
 int run(int argc, char** argv, DataCommands& data) {
   GlobalOptions options;
@@ -25,14 +64,22 @@ int run(int argc, char** argv, DataCommands& data) {
 
   Context context(options, data);
   int exit_code = 0;
-  auto sandbox_commands = add_sandbox_commands(app, context, exit_code);
-  auto snapshot_commands = add_snapshot_commands(app, context, exit_code);
-  auto image_commands = add_image_commands(app, context, exit_code);
-  auto db_commands = add_db_commands(app, context, exit_code, data);
-  auto conversation_commands = add_conversation_commands(app, context, exit_code);
-  auto ask_command = add_ask_command(app, context, exit_code, data);
-  auto serve_command = add_serve_command(app, context, exit_code, data);
-  auto token_commands = add_token_commands(app, context, exit_code);
+  // Every command is listed, but only the one argv names gets its subcommands and options:
+  // building all of them took CLI11 more instructions than the rest of `quarry --version`
+  // (bench/README.md, "Command line start").
+  const std::string_view named = named_command(app, argc, argv);
+  std::unique_ptr<CommandGroup> chosen;
+  bool known = false;
+  for (const Command& command : kCommands) {
+    CLI::App* group = app.add_subcommand(std::string(command.name), command.description);
+    if (command.name != named) continue;
+    chosen = command.add(*group, context, exit_code, data);
+    known = true;
+  }
+  if (!named.empty() && !known) {
+    return app.exit(CLI::ExtrasError("unknown command '" + std::string(named) + "'",
+                                     CLI::ExitCodes::ExtrasError));
+  }
   app.parse_complete_callback([&] {
     if (auto logging = setup_logging(options.log_level); !logging) {
       throw CLI::ValidationError("--log-level", logging.error().message);

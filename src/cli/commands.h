@@ -8,8 +8,10 @@
 
 namespace quarry::cli {
 
-// A group of subcommands. It holds the options CLI11 parses into, so it must outlive
-// app.parse(); its callbacks set `exit_code`.
+// A group of subcommands, or a single command: each add_* function below fills in the
+// subcommand `run` made for it (its name and description are in cli.cc, so that `quarry --help`
+// lists every command while only the one argv names is built). It holds the options CLI11 parses
+// into, so it must outlive app.parse(); its callbacks set `exit_code`.
 class CommandGroup {
  public:
   virtual ~CommandGroup() = default;
@@ -23,18 +25,21 @@ class DataCommands;
 // returns the exit status. `data` runs the commands of the data room.
 int run(int argc, char** argv, DataCommands& data);
 
-std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& context, int& exit_code);
-std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& context,
-                                                    int& exit_code);
-std::unique_ptr<CommandGroup> add_image_commands(CLI::App& app, Context& context, int& exit_code);
-std::unique_ptr<CommandGroup> add_ask_command(CLI::App& app, Context& context, int& exit_code,
+std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& context,
+                                                   int& exit_code, DataCommands& data);
+std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& group, Context& context,
+                                                    int& exit_code, DataCommands& data);
+std::unique_ptr<CommandGroup> add_image_commands(CLI::App& group, Context& context, int& exit_code,
+                                                 DataCommands& data);
+std::unique_ptr<CommandGroup> add_ask_command(CLI::App& command, Context& context, int& exit_code,
                                               DataCommands& data);
-std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& context,
-                                                        int& exit_code);
-std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, int& exit_code,
+std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& group, Context& context,
+                                                        int& exit_code, DataCommands& data);
+std::unique_ptr<CommandGroup> add_db_commands(CLI::App& group, Context& context, int& exit_code,
                                               DataCommands& data);
-std::unique_ptr<CommandGroup> add_serve_command(CLI::App& app, Context& context, int& exit_code,
+std::unique_ptr<CommandGroup> add_serve_command(CLI::App& command, Context& context, int& exit_code,
                                                 DataCommands& data);
-std::unique_ptr<CommandGroup> add_token_commands(CLI::App& app, Context& context, int& exit_code);
+std::unique_ptr<CommandGroup> add_token_commands(CLI::App& group, Context& context, int& exit_code,
+                                                 DataCommands& data);
 
 }  // namespace quarry::cli

@@ -144,14 +144,13 @@ int show(conversation::HistoryStore& history, const std::filesystem::path& state
 
 }  // namespace
 
-std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& context,
-                                                        int& exit_code) {
+std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& group, Context& context,
+                                                        int& exit_code, DataCommands&) {
   auto options = std::make_unique<ConversationOptions>();
   auto& opts = *options;
-  auto* group = app.add_subcommand("conversations", "list and read conversations");
-  group->require_subcommand(1);
+  group.require_subcommand(1);
 
-  auto* ls = group->add_subcommand("ls", "list conversations, most recent first");
+  auto* ls = group.add_subcommand("ls", "list conversations, most recent first");
   ls->add_flag("--json", opts.ls_json, "print a JSON array");
   ls->callback([&] {
     auto history = context.history();
@@ -184,13 +183,13 @@ std::unique_ptr<CommandGroup> add_conversation_commands(CLI::App& app, Context& 
   });
 
   auto* show_command =
-      group->add_subcommand("show", "a conversation: messages and exec metrics, by turn");
+      group.add_subcommand("show", "a conversation: messages and exec metrics, by turn");
   show_command->add_option("id", opts.show_id, "conversation id")->required();
   show_command->add_flag("--events", opts.show_events,
                          "also show what happened to its sandbox (created, died, replaced, ...)");
   show_command->add_flag("--json", opts.show_json,
                          "print everything (messages, events, execs, artifacts) as JSON");
-  auto* reap = group->add_subcommand(
+  auto* reap = group.add_subcommand(
       "reap",
       "delete the sandboxes of conversations idle longer than sandbox.idle_timeout "
       "(quarry ask does this too; run it from cron when nothing else will)");

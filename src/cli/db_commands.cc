@@ -4,21 +4,20 @@
 
 namespace quarry::cli {
 
-std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, int& exit_code,
+std::unique_ptr<CommandGroup> add_db_commands(CLI::App& group, Context& context, int& exit_code,
                                               DataCommands& data) {
   auto options = std::make_unique<DbOptions>();
   auto& opts = *options;
-  auto* group = app.add_subcommand("db", "quarry's PostgreSQL: start, stop, seed, query, export");
-  group->require_subcommand(1);
+  group.require_subcommand(1);
 
-  auto* up = group->add_subcommand(
+  auto* up = group.add_subcommand(
       "up", "start quarry's private PostgreSQL (initialised on first use); prints its URL");
   up->callback([&] { exit_code = data.db_up(context); });
 
-  auto* down = group->add_subcommand("down", "stop quarry's private PostgreSQL");
+  auto* down = group.add_subcommand("down", "stop quarry's private PostgreSQL");
   down->callback([&] { exit_code = data.db_down(context); });
 
-  auto* seed = group->add_subcommand(
+  auto* seed = group.add_subcommand(
       "seed-demo", "load the demo tables trending_videos and events (replacing them)");
   seed->add_option("--events", opts.demo.events, "rows of the events table")
       ->capture_default_str()
@@ -27,13 +26,13 @@ std::unique_ptr<CommandGroup> add_db_commands(CLI::App& app, Context& context, i
       ->capture_default_str();
   seed->callback([&] { exit_code = data.db_seed_demo(context, opts); });
 
-  auto* query = group->add_subcommand(
+  auto* query = group.add_subcommand(
       "query", "run a read-only query as query_database does (at most database.query_max_rows)");
   query->add_option("sql", opts.query_sql, "the SQL")->required();
   query->add_flag("--json", opts.query_json, "print the result as JSON");
   query->callback([&] { exit_code = data.db_query(context, opts); });
 
-  auto* exporter = group->add_subcommand(
+  auto* exporter = group.add_subcommand(
       "export",
       "export a query to Parquet: to a host FILE.parquet, or with --sandbox ID to NAME.parquet "
       "in that sandbox's data_dir (as export_query does)");

@@ -58,13 +58,13 @@ Result<local::PythonLock> write_lock(const local::ImageStore& store, const Sandb
 
 }  // namespace
 
-std::unique_ptr<CommandGroup> add_image_commands(CLI::App& app, Context& context, int& exit_code) {
+std::unique_ptr<CommandGroup> add_image_commands(CLI::App& group, Context& context, int& exit_code,
+                                                 DataCommands&) {
   auto options = std::make_unique<ImageOptions>();
   auto& [force, json, output] = *options;
-  auto* group = app.add_subcommand("image", "build, lock and list sandbox images");
-  group->require_subcommand(1);
+  group.require_subcommand(1);
 
-  auto* build = group->add_subcommand(
+  auto* build = group.add_subcommand(
       "build",
       "build the sandbox image for this configuration from its lock (cached by its definition)");
   build->add_flag("--force", force, "rebuild even if a cached image exists");
@@ -100,7 +100,7 @@ std::unique_ptr<CommandGroup> add_image_commands(CLI::App& app, Context& context
     std::cout << image->hash << std::endl;
   });
 
-  auto* lock = group->add_subcommand(
+  auto* lock = group.add_subcommand(
       "lock",
       "resolve sandbox.packages again (each to the newest version they allow) and write the lock "
       "the image is built from");
@@ -154,7 +154,7 @@ std::unique_ptr<CommandGroup> add_image_commands(CLI::App& app, Context& context
     std::cout << path.string() << std::endl;
   });
 
-  auto* ls = group->add_subcommand("ls", "list built images");
+  auto* ls = group.add_subcommand("ls", "list built images");
   ls->add_flag("--json", json, "print a JSON array of image manifests");
   ls->callback([&] {
     local::ImageStore store(context.cache_dir());

@@ -235,16 +235,15 @@ struct SandboxOptions final : CommandGroup {
   bool rm_all = false;
 };
 
-std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& context,
-                                                   int& exit_code) {
+std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& context,
+                                                   int& exit_code, DataCommands&) {
   auto options = std::make_unique<SandboxOptions>();
   auto& [create_flags, exec_flags, exec_id, run_resources, run_flags, cp_from, cp_to, ls_labels,
          ls_json, rm_ids, rm_all] = *options;
-  auto* group = app.add_subcommand("sandbox", "create, use and remove sandboxes");
-  group->require_subcommand(1);
+  group.require_subcommand(1);
 
   // create
-  auto* create = group->add_subcommand("create", "create a sandbox and print its id");
+  auto* create = group.add_subcommand("create", "create a sandbox and print its id");
   add_resource_flags(create, create_flags);
   create->callback([&] {
     auto provider = context.provider();
@@ -257,7 +256,7 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
   });
 
   // exec
-  auto* exec = group->add_subcommand("exec", "run a command in a sandbox");
+  auto* exec = group.add_subcommand("exec", "run a command in a sandbox");
   exec->add_option("id", exec_id, "sandbox id")->required();
   add_exec_flags(exec, exec_flags);
   exec->callback([&] {
@@ -268,7 +267,7 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
   });
 
   // run
-  auto* run = group->add_subcommand("run", "create a sandbox, run one command, destroy it");
+  auto* run = group.add_subcommand("run", "create a sandbox, run one command, destroy it");
   add_resource_flags(run, run_resources);
   add_exec_flags(run, run_flags);
   run->callback([&] {
@@ -286,7 +285,7 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
   });
 
   // cp
-  auto* cp = group->add_subcommand(
+  auto* cp = group.add_subcommand(
       "cp", "copy a file into or out of a sandbox: cp FILE ID:/path or cp ID:/path FILE");
   cp->add_option("from", cp_from, "source")->required();
   cp->add_option("to", cp_to, "destination")->required();
@@ -297,7 +296,7 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
   });
 
   // ls
-  auto* ls = group->add_subcommand("ls", "list sandboxes");
+  auto* ls = group.add_subcommand("ls", "list sandboxes");
   ls->add_option("--label", ls_labels, "only sandboxes with label KEY=VALUE (repeatable)")
       ->allow_extra_args(false);
   ls->add_flag("--json", ls_json, "print a JSON array");
@@ -366,7 +365,7 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& app, Context& conte
   });
 
   // rm
-  auto* rm = group->add_subcommand("rm", "destroy sandboxes: rm ID... or rm --all");
+  auto* rm = group.add_subcommand("rm", "destroy sandboxes: rm ID... or rm --all");
   rm->add_option("ids", rm_ids, "sandbox ids");
   rm->add_flag("--all", rm_all, "destroy every sandbox");
   rm->callback([&] {

@@ -4,15 +4,13 @@
 
 namespace quarry::cli {
 
-std::unique_ptr<CommandGroup> add_serve_command(CLI::App& app, Context& context, int& exit_code,
+std::unique_ptr<CommandGroup> add_serve_command(CLI::App& command, Context& context, int& exit_code,
                                                 DataCommands& data) {
   auto options = std::make_unique<ServeOptions>();
-  auto* command =
-      app.add_subcommand("serve", "run the HTTP API and the web UI until SIGTERM or Ctrl-C");
-  command->add_option("--listen", options->listen,
-                      "host:port to listen on (default: server.listen, 127.0.0.1:8080)");
-  auto* log_level = app.get_option("--log-level");
-  command->callback([&context, &exit_code, &data, &opts = *options, log_level] {
+  command.add_option("--listen", options->listen,
+                     "host:port to listen on (default: server.listen, 127.0.0.1:8080)");
+  auto* log_level = command.get_parent()->get_option("--log-level");
+  command.callback([&context, &exit_code, &data, &opts = *options, log_level] {
     opts.log_level_given = log_level->count() > 0;
     exit_code = data.serve(context, opts);
   });

@@ -53,15 +53,13 @@ struct SnapshotOptions final : CommandGroup {
   std::vector<std::string> rm_names;
 };
 
-std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& context,
-                                                    int& exit_code) {
+std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& group, Context& context,
+                                                    int& exit_code, DataCommands&) {
   auto options = std::make_unique<SnapshotOptions>();
   auto& [create_sandbox, create_name, create_stop, ls_json, rm_names] = *options;
-  auto* group = app.add_subcommand(
-      "snapshot", "freeze sandboxes into snapshots that new sandboxes start from; list, remove");
-  group->require_subcommand(1);
+  group.require_subcommand(1);
 
-  auto* create = group->add_subcommand(
+  auto* create = group.add_subcommand(
       "create",
       "freeze a sandbox's files (what it wrote, installed and deleted) as snapshot NAME; start "
       "others from it with quarry sandbox create --snapshot NAME");
@@ -79,7 +77,7 @@ std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& cont
     std::cout << made->snapshot.name << std::endl;
   });
 
-  auto* ls = group->add_subcommand("ls", "list snapshots");
+  auto* ls = group.add_subcommand("ls", "list snapshots");
   ls->add_flag("--json", ls_json, "print a JSON array");
   ls->callback([&] {
     auto provider = context.local_provider();
@@ -114,7 +112,7 @@ std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& cont
     }
   });
 
-  auto* rm = group->add_subcommand("rm", "remove snapshots no sandbox uses");
+  auto* rm = group.add_subcommand("rm", "remove snapshots no sandbox uses");
   rm->add_option("names", rm_names, "snapshot names")->required();
   rm->callback([&] {
     auto provider = context.local_provider();
@@ -128,7 +126,7 @@ std::unique_ptr<CommandGroup> add_snapshot_commands(CLI::App& app, Context& cont
     }
   });
 
-  auto* gc = group->add_subcommand(
+  auto* gc = group.add_subcommand(
       "gc",
       "remove the snapshots no sandbox has used for longer than sandbox.snapshots keeps them "
       "(keep_unused for package snapshots, keep_unused_named for the others)");

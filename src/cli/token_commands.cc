@@ -16,18 +16,17 @@ struct TokenOptions final : CommandGroup {
 
 }  // namespace
 
-std::unique_ptr<CommandGroup> add_token_commands(CLI::App& app, Context& context, int& exit_code) {
+std::unique_ptr<CommandGroup> add_token_commands(CLI::App& group, Context& context, int& exit_code,
+                                                 DataCommands&) {
   auto options = std::make_unique<TokenOptions>();
   auto& opts = *options;
-  auto* group = app.add_subcommand(
-      "token", "API tokens for quarry serve: one per user; the file keeps only their hashes");
-  group->require_subcommand(1);
+  group.require_subcommand(1);
   auto path = [&context]() -> Result<std::filesystem::path> {
     ASSIGN_OR_RETURN(const Config* config, context.config());
     return server::tokens_path(*config, context.state_dir());
   };
 
-  auto* create = group->add_subcommand(
+  auto* create = group.add_subcommand(
       "create", "make a token for user NAME and print it (once: it is not kept)");
   create->add_option("name", opts.name, "the user the token is for")->required();
   create->callback([&, path] {
@@ -43,7 +42,7 @@ std::unique_ptr<CommandGroup> add_token_commands(CLI::App& app, Context& context
         opts.name, file->string());
   });
 
-  auto* ls = group->add_subcommand("ls", "list the tokens' users and when they were made");
+  auto* ls = group.add_subcommand("ls", "list the tokens' users and when they were made");
   ls->add_flag("--json", opts.json, "print a JSON array");
   ls->callback([&, path] {
     auto file = path();
@@ -74,7 +73,7 @@ std::unique_ptr<CommandGroup> add_token_commands(CLI::App& app, Context& context
     }
   });
 
-  auto* rm = group->add_subcommand("rm", "remove a user's token: it stops working at once");
+  auto* rm = group.add_subcommand("rm", "remove a user's token: it stops working at once");
   rm->add_option("name", opts.name, "the user whose token goes")->required();
   rm->callback([&, path] {
     auto file = path();

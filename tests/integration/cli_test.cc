@@ -219,6 +219,30 @@ TEST(Cli, BadInputGetsAClearError) {
   EXPECT_NE(unknown.err.find("no sandbox 'ffffffffffff'"), std::string::npos);
 }
 
+// Only the command argv names is built in full; the help still lists every command, and each
+// command's own help (after global options with values) shows its options.
+TEST(Cli, HelpListsEveryCommandAndEachCommandItsOptions) {
+  auto top = quarry({"--help"});
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  for (const char* line : {"sandbox                     create, use and remove sandboxes",
+                           "snapshot", "image", "db", "conversations", "ask", "serve",
+                           "token                       API tokens for quarry serve"}) {
+    EXPECT_NE(top.out.find(std::string("\n  ") + line), std::string::npos) << line << top.out;
+  }
+  auto run = quarry({"--log-level", "warn", "sandbox", "run", "--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("create a sandbox, run one command, destroy it"), std::string::npos);
+  EXPECT_NE(run.out.find("--timeout TEXT"), std::string::npos) << run.out;
+  auto serve = quarry({"--log-level=warn", "serve", "--help"});
+  EXPECT_EQ(serve.exit_code, 0) << serve.err;
+  EXPECT_NE(serve.out.find("--listen TEXT"), std::string::npos) << serve.out;
+  auto tokens = quarry({"token", "--help"});
+  EXPECT_NE(tokens.out.find("\n  create"), std::string::npos) << tokens.out;
+  auto misspelt = quarry({"sandbx", "ls"});
+  EXPECT_EQ(misspelt.exit_code, 109);
+  EXPECT_EQ(misspelt.err, "unknown command 'sandbx'\nRun with --help for more information.\n");
+}
+
 // The snapshot commands as a user runs them: freeze a prepared sandbox, start another from it,
 // list, and remove once nothing uses it.
 TEST(Cli, SnapshotCreateLsRmAndStartingFromOne) {
