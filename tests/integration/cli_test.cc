@@ -201,6 +201,36 @@ TEST(Cli, RmRemovesAndNamesUnknownIds) {
   EXPECT_NE(garbage.err.find("no sandbox"), std::string::npos);
 }
 
+// A create whose process was killed half way leaves a subvolume and cgroups but no record: once
+// it has sat for a minute, ls shows it as stopped and rm removes it; younger, it may be a
+// create under way elsewhere and is left alone.
+TEST(Cli, LsShowsWhatACreateCutShortLeftAndRmRemovesIt) {
+  auto created = quarry({"sandbox", "create"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  const std::string id = trimmed(created.out);
+  const auto dir = SandboxEnvironment::get().state_dir() / "sandboxes" / id;
+  std::filesystem::remove(dir / "sandbox.json");
+  auto listed = [&] {
+    auto ls = quarry({"sandbox", "ls", "--json"});
+    EXPECT_EQ(ls.exit_code, 0) << ls.err;
+    for (const auto& info : nlohmann::json::parse(ls.out)) {
+      if (info["id"] == id) return info;
+    }
+    return nlohmann::json();
+  };
+  EXPECT_TRUE(listed().is_null()) << "a directory without a record for seconds is listed";
+  std::filesystem::last_write_time(
+      dir, std::filesystem::file_time_type::clock::now() - std::chrono::minutes(2));
+  auto debris = listed();
+  ASSERT_FALSE(debris.is_null()) << "what a cut-short create left is not listed";
+  EXPECT_EQ(debris["state"], "stopped");
+  EXPECT_EQ(debris["memory_bytes"], 0);
+  auto removed = quarry({"sandbox", "rm", id});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_TRUE(listed().is_null());
+}
+
 TEST(Cli, BadInputGetsAClearError) {
   auto memory = quarry({"sandbox", "create", "--memory", "lots"});
   EXPECT_EQ(memory.exit_code, 1);

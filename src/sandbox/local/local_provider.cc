@@ -57,6 +57,9 @@ CgroupLimits sandbox_cgroup_limits(const ResourceLimits& resources, const Sandbo
 }
 
 constexpr auto kSetupTimeout = std::chrono::seconds(10);
+// A sandbox directory still without a record this long after it last changed was left by a
+// create that was cut short: its creator saves the record within a setup timeout.
+constexpr auto kAbandonedAfter = std::chrono::minutes(1);
 
 static_assert(kMaxFrozenLayers + 1 <= protocol::kMaxFds,
               "the setup message carries a tree for each frozen layer and the image");
@@ -919,6 +922,18 @@ Result<std::vector<SandboxInfo>> LocalProvider::find(const Labels& labels) {
     auto pidfd = open_process(record.init_pid, record.init_start_time);
     if (!pidfd) reap_exited(record.init_pid, record.init_start_time);
     found.push_back(info_of(record, pidfd.has_value()));
+  }
+  // What a create cut short left (its subvolume and cgroups, no record) has no labels: listed
+  // as stopped with every sandbox, so that `quarry sandbox ls` shows it and rm removes it.
+  if (labels.empty()) {
+    for (const auto& [id, changed] : state_.abandoned(kAbandonedAfter)) {
+      SandboxInfo info;
+      info.id = id;
+      info.state = SandboxState::kStopped;
+      info.resources = {0, 0, 0, 0};  // no record says what they were
+      info.created_at = changed;
+      found.push_back(std::move(info));
+    }
   }
   return found;
 }

@@ -148,6 +148,22 @@ Result<std::vector<SandboxRecord>> StateStore::list() const {
   return records;
 }
 
+std::vector<std::pair<std::string, std::chrono::system_clock::time_point>> StateStore::abandoned(
+    std::chrono::seconds quiet) const {
+  std::vector<std::pair<std::string, std::chrono::system_clock::time_point>> found;
+  const auto now = std::filesystem::file_time_type::clock::now();
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(sandboxes_dir_, error)) {
+    const std::string id = entry.path().filename().string();
+    if (!valid_sandbox_id(id) || load(id)) continue;
+    const auto changed = std::filesystem::last_write_time(entry.path(), error);
+    if (error || now - changed < quiet) continue;
+    found.emplace_back(id, std::chrono::time_point_cast<std::chrono::system_clock::duration>(
+                               std::chrono::file_clock::to_sys(changed)));
+  }
+  return found;
+}
+
 namespace {
 
 constexpr uint32_t kIdRanges = 16383;  // ranges above the image's: up to 2^31

@@ -53,6 +53,11 @@ class StateStore {
   Result<SandboxRecord> load(std::string_view id) const;
   // Every complete record (sandboxes still being created are skipped).
   Result<std::vector<SandboxRecord>> list() const;
+  // Sandbox directories with no readable record that have not changed for `quiet`: what a
+  // create cut short (its process killed half way) left behind, with the time each last
+  // changed. Younger ones may be a create still under way in another process.
+  std::vector<std::pair<std::string, std::chrono::system_clock::time_point>> abandoned(
+      std::chrono::seconds quiet) const;
 
   // A host id range of its own for sandbox `id`: kSandboxIdCount ids from the returned base,
   // used by no other sandbox of any quarry process (each claim is a file <state>/id-ranges/
