@@ -30,8 +30,8 @@ const std::map<std::string, std::string> kBuildEnvironment = {
     {"LANG", "C.UTF-8"},
 };
 
-Result<std::string> os_release_value(std::string_view key) {
-  ASSIGN_OR_RETURN(auto text, read_file("/etc/os-release"));
+// The value of `key` in the text of /etc/os-release.
+Result<std::string> os_release_value(const std::string& text, std::string_view key) {
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     if (line.starts_with(key) && line.size() > key.size() && line[key.size()] == '=') {
@@ -165,8 +165,10 @@ Result<ImageDefinition> default_image_definition(const SandboxConfig& config) {
 }
 
 Result<ImageDefinition> unlocked_image_definition(const SandboxConfig& config) {
-  auto id = os_release_value("ID");
-  auto codename = os_release_value("VERSION_CODENAME");
+  const auto os_release = read_file("/etc/os-release");
+  const std::string text = os_release ? *os_release : "";
+  auto id = os_release_value(text, "ID");
+  auto codename = os_release_value(text, "VERSION_CODENAME");
   if (!id || *id != "debian" || !codename) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "building sandbox images needs a Debian host (its apt sources give the "
