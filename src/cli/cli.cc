@@ -1,5 +1,6 @@
 // quarry's command line, built the same way by both executables (commands.h).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 
 #include "cli/commands.h"
 #include "cli/data_commands.h"
@@ -67,18 +68,16 @@ int run(int argc, char** argv, DataCommands& data) {
   // Every command is listed, but only the one argv names gets its subcommands and options:
   // building all of them took CLI11 more instructions than the rest of `quarry --version`
   // (bench/README.md, "Command line start").
-  const std::string_view named = named_command(app, argc, argv);
+  const std::string_view name = named_command(app, argc, argv);
+  const Command* named = std::ranges::find(kCommands, name, &Command::name);
+  if (!name.empty() && named == std::end(kCommands)) {
+    return app.exit(CLI::ExtrasError("unknown command '" + std::string(name) + "'",
+                                     CLI::ExitCodes::ExtrasError));
+  }
   std::unique_ptr<CommandGroup> chosen;
-  bool known = false;
   for (const Command& command : kCommands) {
     CLI::App* group = app.add_subcommand(std::string(command.name), command.description);
-    if (command.name != named) continue;
-    chosen = command.add(*group, context, exit_code, data);
-    known = true;
-  }
-  if (!named.empty() && !known) {
-    return app.exit(CLI::ExtrasError("unknown command '" + std::string(named) + "'",
-                                     CLI::ExitCodes::ExtrasError));
+    if (&command == named) chosen = command.add(*group, context, exit_code, data);
   }
   app.parse_complete_callback([&] {
     if (auto logging = setup_logging(options.log_level); !logging) {

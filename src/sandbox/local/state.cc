@@ -155,9 +155,10 @@ std::vector<std::pair<std::string, std::chrono::system_clock::time_point>> State
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(sandboxes_dir_, error)) {
     const std::string id = entry.path().filename().string();
-    if (!valid_sandbox_id(id) || load(id)) continue;
-    const auto changed = std::filesystem::last_write_time(entry.path(), error);
-    if (error || now - changed < quiet) continue;
+    if (!valid_sandbox_id(id) || std::filesystem::exists(entry.path() / kRecordFile)) continue;
+    std::error_code unreadable;
+    const auto changed = std::filesystem::last_write_time(entry.path(), unreadable);
+    if (unreadable || now - changed < quiet) continue;
     found.emplace_back(id, std::chrono::time_point_cast<std::chrono::system_clock::duration>(
                                std::chrono::file_clock::to_sys(changed)));
   }

@@ -53,7 +53,7 @@ class StateStore {
   Result<SandboxRecord> load(std::string_view id) const;
   // Every complete record (sandboxes still being created are skipped).
   Result<std::vector<SandboxRecord>> list() const;
-  // Sandbox directories with no readable record that have not changed for `quiet`: what a
+  // Sandbox directories with no record that have not changed for `quiet`: what a
   // create cut short (its process killed half way) left behind, with the time each last
   // changed. Younger ones may be a create still under way in another process.
   std::vector<std::pair<std::string, std::chrono::system_clock::time_point>> abandoned(
