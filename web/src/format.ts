@@ -13,9 +13,18 @@ export function size(bytes: number): string {
   return `${value.toFixed(digits)} ${units[unit]}`;
 }
 
+// "0.4 ms", "12 ms", "1.20 s"; from a minute on, whole minutes and seconds ("2 min", "2 min 5 s",
+// "1 h 30 min"), not "120.00 s".
 export function seconds(ms: number): string {
   if (ms < 1000) return `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`;
-  return `${(ms / 1000).toFixed(2)} s`;
+  if (ms < 59_995) return `${(ms / 1000).toFixed(2)} s`;
+  const total = Math.round(ms / 1000);
+  const [hours, minutes, rest] = [Math.floor(total / 3600), Math.floor(total / 60) % 60, total % 60];
+  const parts = hours > 0 ? [[hours, "h"], [minutes, "min"]] : [[minutes, "min"], [rest, "s"]];
+  return parts
+    .filter(([value], at) => at === 0 || value !== 0)
+    .map(([value, unit]) => `${value} ${unit}`)
+    .join(" ");
 }
 
 export function when(iso: string): string {

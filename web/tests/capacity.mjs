@@ -43,6 +43,8 @@ await run(async (browser) => {
   assert.equal(await figure("Evictions").innerText(), "1");
   assert.match(await figure("Cold starts").innerText(), /^2 \(/);
   assert.equal(await figure("Waiting turns").innerText(), "0");
+  // capacity's limits, the queue's timeout (2m) in minutes.
+  assert.match(await capacity.innerText(), /At most 4 per user; 100 turns may wait, each up to 2 min\./);
   await screenshot(tab, "capacity-load", capacity);
   noProblems(page);
   noProblems(tab);

@@ -48,6 +48,9 @@ await run(async (browser) => {
   const conversationOf = (row) => row.locator("td").nth(1).innerText();
   assert.match(await conversationOf(rows.first()), /import time/);
   assert.equal(await conversationOf(rows.last()), "Run many steps");
+  // No step took a second: the time chart's run and CPU time are in milliseconds.
+  const timeLegend = () => page.locator(".chart").first().locator(".u-legend .u-label").allInnerTexts();
+  assert.deepEqual(await timeLegend(), ["Time", "run (ms)", "CPU (ms)", "overhead (ms)"]);
   await screenshot(page, "load-all");
 
   // Sorted by run time: a click sorts longest first, another shortest first.
@@ -85,6 +88,8 @@ await run(async (browser) => {
   // Still sorted shortest first: the new 6 s step is last.
   const sorted = await runTimes();
   assert.ok(sorted.at(-1) >= 6000, `the 6 s step is not last: the last run times are ${sorted.slice(-3).join(", ")} ms`);
+  // Now one did: seconds.
+  assert.deepEqual(await timeLegend(), ["Time", "run (s)", "CPU (s)", "overhead (ms)"]);
   // Allowed: the 401 before signing in.
   noProblems(page, [/status of 401/]);
   noProblems(tab);

@@ -38,6 +38,9 @@ await run(async (browser) => {
   // Both charts are drawn, the memory one with its OOM series.
   assert.equal(await page.locator(".chart canvas").count(), 2);
   assert.match(await page.locator(".chart").nth(1).innerText(), /OOM kill/);
+  // Steps of seconds: run and CPU time in seconds, overhead in milliseconds on its own axis.
+  const legend = (chart) => page.locator(".chart").nth(chart).locator(".u-legend .u-label").allInnerTexts();
+  assert.deepEqual(await legend(0), ["Time", "run (s)", "CPU (s)", "overhead (ms)"]);
   await screenshot(page, "load-page");
   noProblems(page);
 });

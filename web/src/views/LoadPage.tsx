@@ -13,11 +13,18 @@ import { TimeChart, type Series } from "./TimeChart";
 
 const kRefreshMs = 3000;
 
-const kTimeSeries: Series[] = [
-  { label: "run (s)", value: (e) => e.run_ms / 1000, color: "#2f5d50" },
-  { label: "CPU (s)", value: (e) => e.cpu_ms / 1000, color: "#c27c0e" },
-  { label: "overhead (ms)", value: (e) => e.overhead_ms, color: "#6b6fb5", scale: "ms" },
-];
+// Run and CPU time in seconds, or in milliseconds while no step took a second ("0.3", not
+// "0.000300"); overhead, always milliseconds, on an axis of its own.
+function timeSeries(unit: "s" | "ms"): Series[] {
+  const per = unit === "s" ? 1000 : 1;
+  return [
+    { label: `run (${unit})`, value: (e) => e.run_ms / per, color: "#2f5d50" },
+    { label: `CPU (${unit})`, value: (e) => e.cpu_ms / per, color: "#c27c0e" },
+    { label: "overhead (ms)", value: (e) => e.overhead_ms, color: "#6b6fb5", scale: "overhead" },
+  ];
+}
+const kTimeInSeconds = timeSeries("s");
+const kTimeInMilliseconds = timeSeries("ms");
 
 const kMemorySeries: Series[] = [
   { label: "peak (MiB)", value: (e) => e.peak_memory_bytes / 2 ** 20, color: "#2f5d50" },
@@ -81,6 +88,7 @@ export function LoadPage({ conversation }: { conversation?: string }) {
   }, [conversation]);
 
   const ordered = useMemo(() => [...execs].sort((a, b) => a.started_at.localeCompare(b.started_at)), [execs]);
+  const timeUnit = execs.some((e) => Math.max(e.run_ms, e.cpu_ms) >= 1000) ? "s" : "ms";
   const columns = useMemo(
     () =>
       conversation
@@ -134,7 +142,11 @@ export function LoadPage({ conversation }: { conversation?: string }) {
       )}
       {ordered.length > 0 ? (
         <div class="charts">
-          <TimeChart title="Time per step" execs={ordered} series={kTimeSeries} />
+          <TimeChart
+            title="Time per step"
+            execs={ordered}
+            series={timeUnit === "s" ? kTimeInSeconds : kTimeInMilliseconds}
+          />
           <TimeChart title="Peak memory against the limit" execs={ordered} series={kMemorySeries} />
         </div>
       ) : (
