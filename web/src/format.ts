@@ -19,12 +19,11 @@ export function seconds(ms: number): string {
   if (ms < 1000) return `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`;
   if (ms < 59_995) return `${(ms / 1000).toFixed(2)} s`;
   const total = Math.round(ms / 1000);
-  const [hours, minutes, rest] = [Math.floor(total / 3600), Math.floor(total / 60) % 60, total % 60];
-  const parts = hours > 0 ? [[hours, "h"], [minutes, "min"]] : [[minutes, "min"], [rest, "s"]];
-  return parts
-    .filter(([value], at) => at === 0 || value !== 0)
-    .map(([value, unit]) => `${value} ${unit}`)
-    .join(" ");
+  const hours = Math.floor(total / 3600);
+  const minutes = Math.floor(total / 60) % 60;
+  const rest = total % 60;
+  if (hours > 0) return minutes > 0 ? `${hours} h ${minutes} min` : `${hours} h`;
+  return rest > 0 ? `${minutes} min ${rest} s` : `${minutes} min`;
 }
 
 export function when(iso: string): string {

@@ -165,8 +165,7 @@ Result<ImageDefinition> default_image_definition(const SandboxConfig& config) {
 }
 
 Result<ImageDefinition> unlocked_image_definition(const SandboxConfig& config) {
-  const auto os_release = read_file("/etc/os-release");
-  const std::string text = os_release ? *os_release : "";
+  const std::string text = read_file("/etc/os-release").value_or("");
   auto id = os_release_value(text, "ID");
   auto codename = os_release_value(text, "VERSION_CODENAME");
   if (!id || *id != "debian" || !codename) {
