@@ -102,6 +102,8 @@ TEST_F(DaytonaProviderTest, ACommandGivesItsOutputStatusAndMetering) {
   auto slow = run(id, {"sleep", "30"}, std::chrono::seconds(1));
   EXPECT_TRUE(slow.timed_out);
   EXPECT_LT(slow.run_ms, 10'000);
+  // The model reads the same words whichever provider ran the command.
+  EXPECT_EQ(slow.message, "Timed out: command ran longer than 1s and was killed.");
   // The sandbox goes on after all of it.
   EXPECT_EQ(run(id, {"echo", "still here"}).stdout_text, "still here\n");
 }

@@ -15,6 +15,7 @@
 
 #include "common/random_id.h"
 #include "common/text.h"
+#include "sandbox/metering.h"
 
 namespace quarry::sandbox::daytona {
 
@@ -331,14 +332,7 @@ Result<ExecResult> DaytonaProvider::exec(std::string_view id, const ExecRequest&
   // The probe's clock for the command; the rest of the call is the provider's.
   result.run_ms = std::clamp(result.run_ms, 0.0, total_ms);
   result.overhead_ms = total_ms - result.run_ms;
-  if (result.oom) {
-    result.message =
-        fmt::format("Killed: command ran out of memory.\nPeak memory: {} MB\nSandbox limit: {} MB",
-                    result.peak_memory_bytes / kMiB, result.memory_limit_bytes / kMiB);
-  } else if (result.timed_out) {
-    result.message = fmt::format("Killed: the command ran longer than its timeout ({}).",
-                                 format_duration(request.timeout));
-  }
+  describe(result, request.timeout);
   if (request.on_output) {
     if (!result.stdout_text.empty()) request.on_output(OutputStream::kStdout, result.stdout_text);
     if (!result.stderr_text.empty()) request.on_output(OutputStream::kStderr, result.stderr_text);
