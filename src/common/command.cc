@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@ std::optional<std::filesystem::path> find_program(std::string_view program) {
 Result<CommandOutput> run_command(const std::vector<std::string>& argv,
                                   const CommandOptions& options) {
   if (argv.empty()) return make_error(ErrorCode::kInvalidArgument, "run_command: empty argv");
+  spdlog::debug("running {}", fmt::join(argv, " "));
   auto program = find_program(argv[0]);
   if (!program) {
     return make_error(ErrorCode::kFailedPrecondition,
@@ -120,14 +122,16 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv,
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return errno_error("waitpid for '{}'", argv[0]);
   }
+  const std::string name =
+      options.name.empty() ? fmt::format("{}", fmt::join(argv, " ")) : options.name;
   if (WIFSIGNALED(status)) {
     return make_error(ErrorCode::kInternal, "'{}' was killed by signal {}; its last output:\n{}",
-                      argv[0], WTERMSIG(status), tail_lines(result.output, 20));
+                      name, WTERMSIG(status), tail_lines(result.output, 20));
   }
   result.exit_code = WEXITSTATUS(status);
   if (result.exit_code != 0) {
     return make_error(ErrorCode::kInternal, "'{}' exited with status {}; its last output:\n{}",
-                      fmt::join(argv, " "), result.exit_code, tail_lines(result.output, 20));
+                      name, result.exit_code, tail_lines(result.output, 20));
   }
   return result;
 }

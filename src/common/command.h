@@ -18,6 +18,8 @@ struct CommandOptions {
   std::filesystem::path working_directory;
   // Called for each line the program prints on stdout or stderr (merged).
   std::function<void(std::string_view line)> on_line;
+  // How errors name the command ("pip download"); the whole argv when empty.
+  std::string name;
 };
 
 struct CommandOutput {
@@ -26,7 +28,7 @@ struct CommandOutput {
 };
 
 // Runs argv[0] (searched in PATH) and waits. A nonzero exit is an error whose message names the
-// program, its exit status and the last lines it printed.
+// command (options.name, else argv), its exit status and the last lines it printed.
 Result<CommandOutput> run_command(const std::vector<std::string>& argv,
                                   const CommandOptions& options = {});
 

@@ -53,9 +53,11 @@ Result<ScopedTree> scratch_directory(const std::filesystem::path& wheels_dir,
   return temp;
 }
 
-CommandOptions progress_lines(Progress& progress) {
+// pip download, its lines shown as progress; its errors name it without the 25 platform tags.
+CommandOptions pip_download_options(Progress& progress) {
   CommandOptions options;
   options.on_line = [&progress](std::string_view line) { progress.detail(line); };
+  options.name = "pip download";
   return options;
 }
 
@@ -86,7 +88,7 @@ Result<std::map<std::string, std::filesystem::path>> fetch_locked_wheels(
                                          (temp.path() / "requirements.txt").string()};
     auto target = pip_target(lock.python);
     download.insert(download.end(), target.begin(), target.end());
-    auto downloaded = run_command(download, progress_lines(progress));
+    auto downloaded = run_command(download, pip_download_options(progress));
     if (!downloaded) {
       return make_error(downloaded.error().code,
                         "downloading the packages of {} that are not in {} failed: {}\nWhere pip "
@@ -123,7 +125,7 @@ Result<PythonLock> resolve_requirements(const std::vector<std::string>& requirem
   auto target = pip_target(lock.python);
   download.insert(download.end(), target.begin(), target.end());
   download.insert(download.end(), lock.requirements.begin(), lock.requirements.end());
-  RETURN_IF_ERROR(with_context(run_command(download, progress_lines(progress)),
+  RETURN_IF_ERROR(with_context(run_command(download, pip_download_options(progress)),
                                "resolving the Python packages"));
 
   std::error_code error;
