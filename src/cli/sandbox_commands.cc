@@ -115,23 +115,24 @@ void write_all(int fd, std::string_view data) {
   }
 }
 
-// Runs the command and prints what the user asked for; returns quarry's exit status.
-int run_exec(sandbox::SandboxProvider& provider, const std::string& id, const ExecFlags& flags,
-             const Config& config, const CancelSignals& cancel) {
+// The command and its options as a request, checked before any sandbox is made for it.
+Result<ExecRequest> make_request(const ExecFlags& flags, const Config& config,
+                                 const CancelSignals& cancel) {
   ExecRequest request;
   request.argv = flags.command;
   request.timeout = config.sandbox.exec_timeout;
   request.output_limit = config.sandbox.output_limit_bytes;
   request.cancel_fd = cancel.fd();
   if (!flags.timeout.empty()) {
-    auto timeout = parse_duration(flags.timeout);
-    if (!timeout) return report(timeout.error().with_context("--timeout"));
-    request.timeout = *timeout;
+    ASSIGN_OR_RETURN(request.timeout, with_context(parse_duration(flags.timeout), "--timeout"));
+    if (request.timeout.count() <= 0) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "--timeout: must be longer than zero, e.g. 30s");
+    }
   }
   for (const auto& item : flags.env) {
-    auto pair = split_pair(item, "--env");
-    if (!pair) return report(pair.error());
-    request.env[pair->first] = pair->second;
+    ASSIGN_OR_RETURN(auto pair, split_pair(item, "--env"));
+    request.env[pair.first] = pair.second;
   }
   request.working_directory = flags.workdir;
   if (!flags.json) {
@@ -139,6 +140,12 @@ int run_exec(sandbox::SandboxProvider& provider, const std::string& id, const Ex
       write_all(stream == sandbox::OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO, data);
     };
   }
+  return request;
+}
+
+// Runs the command and prints what the user asked for; returns quarry's exit status.
+int run_exec(sandbox::SandboxProvider& provider, const std::string& id, const ExecRequest& request,
+             bool json) {
   auto result = provider.exec(id, request);
   if (!result) {
     if (result.error().code == ErrorCode::kCancelled) {
@@ -147,7 +154,7 @@ int run_exec(sandbox::SandboxProvider& provider, const std::string& id, const Ex
     }
     return report(result.error());
   }
-  if (flags.json) {
+  if (json) {
     std::cout << sandbox::to_json(*result).dump(2, ' ', false,
                                                 nlohmann::json::error_handler_t::replace)
               << std::endl;
@@ -263,7 +270,9 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& con
     auto provider = context.provider();
     if (!provider) return void(exit_code = report(provider.error()));
     CancelSignals cancel;
-    exit_code = run_exec(**provider, exec_id, exec_flags, **context.config(), cancel);
+    auto request = make_request(exec_flags, **context.config(), cancel);
+    if (!request) return void(exit_code = report(request.error()));
+    exit_code = run_exec(**provider, exec_id, *request, exec_flags.json);
   });
 
   // run
@@ -276,9 +285,11 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& con
     auto spec = make_spec(run_resources, **context.config());
     if (!spec) return void(exit_code = report(spec.error()));
     CancelSignals cancel;
+    auto request = make_request(run_flags, **context.config(), cancel);
+    if (!request) return void(exit_code = report(request.error()));
     auto info = (*provider)->create(*spec);
     if (!info) return void(exit_code = report(info.error()));
-    exit_code = run_exec(**provider, info->id, run_flags, **context.config(), cancel);
+    exit_code = run_exec(**provider, info->id, *request, run_flags.json);
     if (auto destroyed = (*provider)->destroy(info->id); !destroyed) {
       exit_code = report(destroyed.error());
     }

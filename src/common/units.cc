@@ -10,6 +10,10 @@
 namespace quarry {
 namespace {
 
+// What the parse errors suggest.
+constexpr std::string_view kSizeUnits = "use B, KiB, MiB, GiB or TiB, e.g. 512MiB";
+constexpr std::string_view kDurationUnits = "use ms, s, m or h, e.g. 30s or 1h30m";
+
 struct Unit {
   std::string_view suffix;
   double factor;
@@ -17,7 +21,8 @@ struct Unit {
 
 // Splits "1.5GiB" into 1.5 and "GiB"; whitespace between them is allowed.
 Result<std::pair<double, std::string_view>> split_number(std::string_view text,
-                                                         std::string_view what) {
+                                                         std::string_view what,
+                                                         std::string_view units) {
   while (!text.empty() && text.front() == ' ')
     text.remove_prefix(1);
   while (!text.empty() && text.back() == ' ')
@@ -25,7 +30,7 @@ Result<std::pair<double, std::string_view>> split_number(std::string_view text,
   double value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end == text.data()) {
-    return make_error(ErrorCode::kInvalidArgument, "'{}' is not a {}", text, what);
+    return make_error(ErrorCode::kInvalidArgument, "'{}' is not a {} ({})", text, what, units);
   }
   std::string_view unit(end, text.data() + text.size() - end);
   while (!unit.empty() && unit.front() == ' ')
@@ -67,7 +72,7 @@ Result<uint64_t> parse_size(std::string_view text) {
       {"tb", 1024.0 * 1024 * 1024 * 1024},
       {"tib", 1024.0 * 1024 * 1024 * 1024},
   }};
-  ASSIGN_OR_RETURN(auto parts, split_number(text, "size"));
+  ASSIGN_OR_RETURN(auto parts, split_number(text, "size", kSizeUnits));
   auto [value, unit] = parts;
   for (const Unit& candidate : kUnits) {
     if (iequals(unit, candidate.suffix)) {
@@ -78,9 +83,8 @@ Result<uint64_t> parse_size(std::string_view text) {
       return static_cast<uint64_t>(std::llround(bytes));
     }
   }
-  return make_error(ErrorCode::kInvalidArgument,
-                    "'{}' has an unknown size unit '{}' (use B, KiB, MiB, GiB or TiB, e.g. 512MiB)",
-                    text, unit);
+  return make_error(ErrorCode::kInvalidArgument, "'{}' has an unknown size unit '{}' ({})", text,
+                    unit, kSizeUnits);
 }
 
 Result<Duration> parse_duration(std::string_view text) {
@@ -107,15 +111,16 @@ Result<Duration> parse_duration(std::string_view text) {
     while (unit_end < rest.size() && std::isalpha(static_cast<unsigned char>(rest[unit_end]))) {
       ++unit_end;
     }
-    ASSIGN_OR_RETURN(auto parts, split_number(rest.substr(0, unit_end), "duration"));
+    ASSIGN_OR_RETURN(auto parts,
+                     split_number(rest.substr(0, unit_end), "duration", kDurationUnits));
     auto [value, unit] = parts;
     const Unit* found = nullptr;
     for (const Unit& candidate : kUnits) {
       if (iequals(unit, candidate.suffix)) found = &candidate;
     }
     if (!found || (found->suffix.empty() && (any || unit_end < rest.size()))) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "'{}' is not a duration (use ms, s, m or h, e.g. 30s or 1h30m)", text);
+      return make_error(ErrorCode::kInvalidArgument, "'{}' is not a duration ({})", text,
+                        kDurationUnits);
     }
     total_ms += value * found->factor;
     any = true;

@@ -244,6 +244,14 @@ TEST(Cli, BadInputGetsAClearError) {
   EXPECT_EQ(config.exit_code, 1);
   EXPECT_NE(config.err.find("bad.yml:3: sandbox.resources.memroy: unknown key"), std::string::npos)
       << config.err;
+  // What an option should look like, and no sandbox made for a command that cannot run.
+  auto timeout = quarry({"sandbox", "run", "--timeout", "soon", "--", "true"});
+  EXPECT_EQ(timeout.exit_code, 1);
+  EXPECT_EQ(timeout.err,
+            "quarry: --timeout: 'soon' is not a duration (use ms, s, m or h, e.g. 30s or 1h30m)\n");
+  auto zero = quarry({"sandbox", "run", "--timeout", "0", "--", "true"});
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_EQ(zero.err, "quarry: --timeout: must be longer than zero, e.g. 30s\n");
   auto unknown = quarry({"sandbox", "exec", "ffffffffffff", "--", "true"});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("no sandbox 'ffffffffffff'"), std::string::npos);
