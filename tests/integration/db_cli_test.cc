@@ -72,6 +72,31 @@ TEST(DbCli, ExportsToAHostFile) {
   std::filesystem::remove(file);
 }
 
+// A host file the export cannot be written to is refused before the query runs, with why.
+TEST(DbCli, RefusesAHostFileItCannotWrite) {
+  const auto dir = std::filesystem::temp_directory_path();
+  auto [csv_code, csv] = quarry_db({"export", "SELECT 1", (dir / "quarry-db-cli.csv").string()});
+  EXPECT_EQ(csv_code, 1);
+  EXPECT_NE(csv.find("quarry db export writes Parquet; give the file a name ending in .parquet"),
+            std::string::npos)
+      << csv;
+  EXPECT_FALSE(std::filesystem::exists(dir / "quarry-db-cli.csv"));
+  auto [missing_code, missing] =
+      quarry_db({"export", "SELECT 1", (dir / "quarry-no-such-dir" / "x.parquet").string()});
+  EXPECT_EQ(missing_code, 1);
+  EXPECT_NE(missing.find(
+                fmt::format("there is no directory '{}'", (dir / "quarry-no-such-dir").string())),
+            std::string::npos)
+      << missing;
+  const auto folder = dir / fmt::format("quarry-db-cli-{}.parquet", ::getpid() + 1);
+  std::filesystem::create_directory(folder);
+  auto [folder_code, in_folder] = quarry_db({"export", "SELECT 1", folder.string()});
+  EXPECT_EQ(folder_code, 1);
+  EXPECT_NE(in_folder.find("is a directory; name a file in it"), std::string::npos) << in_folder;
+  EXPECT_TRUE(std::filesystem::is_empty(folder));
+  std::filesystem::remove(folder);
+}
+
 TEST(DbCli, RefusesABadSandboxFileName) {
   auto [code, output] =
       quarry_db({"export", "SELECT 1", "../escape.parquet", "--sandbox", "0123456789ab"});

@@ -36,10 +36,34 @@ void print_export(const data::ExportSummary& summary, std::string_view where) {
   }
 }
 
+// A host file the export can be written to, said before any query runs: a Parquet name, in a
+// directory that exists, and not a directory itself.
+Result<void> check_host_file(const std::filesystem::path& file) {
+  if (file.extension() != ".parquet") {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "'{}': quarry db export writes Parquet; give the file a name ending in "
+                      ".parquet, e.g. result.parquet",
+                      file.string());
+  }
+  std::error_code error;
+  if (std::filesystem::is_directory(file, error)) {
+    return make_error(ErrorCode::kInvalidArgument, "'{}' is a directory; name a file in it",
+                      file.string());
+  }
+  const auto directory = file.parent_path().empty() ? "." : file.parent_path();
+  if (!std::filesystem::is_directory(directory, error)) {
+    return make_error(ErrorCode::kNotFound,
+                      "cannot write '{}': there is no directory '{}' (make it first)",
+                      file.string(), directory.string());
+  }
+  return {};
+}
+
 // Host export: written beside FILE and renamed over it once complete.
 Result<data::ExportSummary> export_to_host(const std::string& conninfo, const std::string& sql,
                                            const std::filesystem::path& file,
                                            data::ExportOptions options) {
+  RETURN_IF_ERROR(check_host_file(file));
   std::filesystem::path partial = file;
   partial += ".quarry-partial";
   ASSIGN_OR_RETURN(auto summary, data::export_parquet(conninfo, sql, partial, options));
