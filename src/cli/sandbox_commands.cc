@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -204,25 +206,51 @@ int copy(sandbox::SandboxProvider& provider, const std::string& from, const std:
                         "one side of cp must be a sandbox path, written ID:/path/in/sandbox"});
   }
   if (target) {
+    // Into a directory named with a trailing '/', as cp does.
+    if (target->second.ends_with('/')) {
+      target->second += std::filesystem::path(from).filename().string();
+    }
+    std::error_code error;
+    if (std::filesystem::is_directory(from, error)) {
+      return report(Error{ErrorCode::kInvalidArgument,
+                          fmt::format("'{}' is a directory; cp copies one file", from)});
+    }
     std::ifstream in(from, std::ios::binary);
-    if (!in) return report(Error{ErrorCode::kNotFound, fmt::format("cannot read '{}'", from)});
+    if (!in) {
+      return report(Error{ErrorCode::kNotFound,
+                          fmt::format("cannot read '{}': {}", from, std::strerror(errno))});
+    }
     if (auto written = provider.write_file(target->first, target->second, in); !written) {
       return report(written.error());
     }
     return 0;
   }
+  // Into a directory as the sandbox file's name, as cp does; written beside the file and renamed
+  // over it once complete, so a failed copy leaves what was there.
+  std::filesystem::path file = to;
+  std::error_code error;
+  if (to.ends_with('/') || std::filesystem::is_directory(file, error)) {
+    file /= std::filesystem::path(source->second).filename();
+  }
   constexpr uint64_t kMaxCopy = 64ULL << 30;
-  std::string temp = to + ".quarry-partial";
+  std::filesystem::path temp = file;
+  temp += ".quarry-partial";
   std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-  if (!out) return report(Error{ErrorCode::kInvalidArgument, fmt::format("cannot write '{}'", to)});
+  if (!out) {
+    return report(Error{ErrorCode::kInvalidArgument,
+                        fmt::format("cannot write '{}': {}", file.string(), std::strerror(errno))});
+  }
   auto copied = provider.read_file(source->first, source->second, out, kMaxCopy);
   out.close();
-  if (!copied || !out) {
-    std::filesystem::remove(temp);
+  std::error_code renamed;
+  if (copied && out) std::filesystem::rename(temp, file, renamed);
+  if (!copied || !out || renamed) {
+    std::filesystem::remove(temp, error);
     if (!copied) return report(copied.error());
-    return report(Error{ErrorCode::kInternal, fmt::format("writing '{}' failed", to)});
+    return report(
+        Error{ErrorCode::kInternal, fmt::format("writing '{}' failed{}", file.string(),
+                                                renamed ? ": " + renamed.message() : "")});
   }
-  std::filesystem::rename(temp, to);
   return 0;
 }
 

@@ -185,6 +185,30 @@ TEST(Cli, CpCopiesBothWays) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("'/nope' does not exist"), std::string::npos) << missing.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "x"));
+
+  // A directory as the destination takes the file under its own name, as cp does.
+  auto into_dir = quarry(
+      {"sandbox", "cp", (dir / "in.csv").string(), sandbox.id() + ":/home/sandbox/outputs/"});
+  ASSERT_EQ(into_dir.exit_code, 0) << into_dir.err;
+  std::filesystem::create_directory(dir / "copies");
+  auto out_to_dir = quarry(
+      {"sandbox", "cp", sandbox.id() + ":/home/sandbox/outputs/in.csv", (dir / "copies").string()});
+  ASSERT_EQ(out_to_dir.exit_code, 0) << out_to_dir.err;
+  std::ifstream round_trip(dir / "copies" / "in.csv");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(round_trip)), {}), "a,b\n1,2\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir / "copies"), {}), 1)
+      << "nothing but the file is left in the directory";
+  // A host directory as the source, or one that is not there, is said as such.
+  auto source_dir = quarry({"sandbox", "cp", dir.string(), sandbox.id() + ":/home/sandbox/x"});
+  EXPECT_EQ(source_dir.exit_code, 1);
+  EXPECT_EQ(source_dir.err,
+            fmt::format("quarry: '{}' is a directory; cp copies one file\n", dir.string()));
+  auto no_dir = quarry({"sandbox", "cp", sandbox.id() + ":/home/sandbox/outputs/in.csv",
+                        (dir / "none" / "in.csv").string()});
+  EXPECT_EQ(no_dir.exit_code, 1);
+  EXPECT_EQ(no_dir.err, fmt::format("quarry: cannot write '{}': No such file or directory\n",
+                                    (dir / "none" / "in.csv").string()));
+  std::filesystem::remove_all(dir / "copies");
 }
 
 TEST(Cli, RmRemovesAndNamesUnknownIds) {
