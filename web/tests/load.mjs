@@ -51,6 +51,18 @@ await run(async (browser) => {
   // No step took a second: the time chart's run and CPU time are in milliseconds.
   const timeLegend = () => page.locator(".chart").first().locator(".u-legend .u-label").allInnerTexts();
   assert.deepEqual(await timeLegend(), ["Time", "run (ms)", "CPU (ms)", "overhead (ms)"]);
+  // Run time as rings, CPU time and overhead as dots: a step that computed all along shows both,
+  // and the legend says which is which.
+  const markers = await page
+    .locator(".chart")
+    .first()
+    .locator(".u-legend .u-marker")
+    .evaluateAll((nodes) => nodes.map((node) => [getComputedStyle(node).backgroundColor, getComputedStyle(node).borderTopColor]));
+  assert.deepEqual(markers.slice(1), [
+    ["rgba(0, 0, 0, 0)", "rgb(47, 93, 80)"],
+    ["rgb(194, 124, 14)", "rgb(194, 124, 14)"],
+    ["rgb(107, 111, 181)", "rgb(107, 111, 181)"],
+  ]);
   await screenshot(page, "load-all");
 
   // Sorted by run time: a click sorts longest first, another shortest first.

@@ -14,13 +14,15 @@ import { TimeChart, type Series } from "./TimeChart";
 const kRefreshMs = 3000;
 
 // Run and CPU time in seconds, or in milliseconds while no step took a second ("0.3", not
-// "0.000300"); overhead, always milliseconds, on an axis of its own.
+// "0.000300"); overhead, always milliseconds, on an axis of its own. Drawn nested, so that none
+// hides another where they meet: run time as rings, CPU time as dots inside them (a step that
+// computed all along), overhead as smaller dots (its axis's top meets the run axis's).
 function timeSeries(unit: "s" | "ms"): Series[] {
   const per = unit === "s" ? 1000 : 1;
   return [
-    { label: `run (${unit})`, value: (e) => e.run_ms / per, color: "#2f5d50" },
+    { label: `run (${unit})`, value: (e) => e.run_ms / per, color: "#2f5d50", ring: true },
     { label: `CPU (${unit})`, value: (e) => e.cpu_ms / per, color: "#c27c0e" },
-    { label: "overhead (ms)", value: (e) => e.overhead_ms, color: "#6b6fb5", scale: "overhead" },
+    { label: "overhead (ms)", value: (e) => e.overhead_ms, color: "#6b6fb5", scale: "overhead", size: 4 },
   ];
 }
 const kTimeInSeconds = timeSeries("s");

@@ -12,7 +12,18 @@ export interface Series {
   scale?: string;  // a second y axis (e.g. "ms")
   line?: boolean;  // a dashed line (a limit) instead of a point per step
   mark?: boolean;  // large points where it has a value (OOM kills)
+  ring?: boolean;  // rings, so a dot of the same value drawn after them (CPU on run) still shows both
+  size?: number;  // a dot's diameter in pixels (7); smaller for a series drawn over another
 }
+
+// How a series' points are drawn, and its marker in the legend the same: a ring is hollow, a
+// dot or a mark filled, a limit a dashed line.
+function points(s: Series): uPlot.Series.Points {
+  if (s.line) return { show: false };
+  if (s.ring) return { show: true, size: 11, width: 2, stroke: s.color, fill: "transparent" };
+  return { show: true, size: s.mark ? 12 : (s.size ?? 7), width: 0, fill: s.color };
+}
+const markerFill = (s: Series) => (s.line || s.ring ? "transparent" : s.color);
 
 // Tick labels with as many decimals as the step between ticks needs (0.0003 s, not 0).
 function tickValues(_chart: uPlot, splits: number[]): string[] {
@@ -86,10 +97,17 @@ export function TimeChart({ title, execs, series }: { title: string; execs: Exec
           scale: s.scale ?? "y",
           dash: s.line ? [6, 4] : undefined,
           width: s.line ? 1.5 : 0,
-          points: { show: !s.line, size: s.mark ? 12 : 7, fill: s.color },
+          points: points(s),
           paths: s.line ? undefined : () => null,
         })),
       ],
+      legend: {
+        markers: {
+          stroke: (_chart: uPlot, index: number) => series[index - 1].color,
+          fill: (_chart: uPlot, index: number) => markerFill(series[index - 1]),
+          dash: (_chart: uPlot, index: number) => (series[index - 1].line ? "dashed" : "solid"),
+        },
+      },
     };
     const chart = new uPlot(options, data, container);
     const resize = new ResizeObserver(() => chart.setSize({ width: Math.max(280, container.clientWidth), height: 220 }));
