@@ -48,7 +48,7 @@ Result<void> write_file_atomic(const std::filesystem::path& path, std::string_vi
   temp += fmt::format(".tmp{:x}", random_bits());
   {
     UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
-    if (!fd) return errno_error("create '{}'", temp.string());
+    if (!fd) return errno_error("writing '{}'", path.string());
     if (auto written = write_all(fd.get(), content, temp); !written) {
       ::unlink(temp.c_str());
       return written;

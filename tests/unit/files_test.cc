@@ -44,6 +44,15 @@ TEST(RemoveTree, SeveralRemovingOneTreeAtOnceAllSucceed) {
   }
 }
 
+// A file that cannot be written is named as the caller named it, not by its temporary name.
+TEST(WriteFileAtomic, AFailureNamesTheFile) {
+  const auto missing = std::filesystem::path(::testing::TempDir()) / "no-such-dir" / "lock";
+  auto written = quarry::write_file_atomic(missing, "text");
+  ASSERT_FALSE(written);
+  EXPECT_EQ(written.error().message,
+            fmt::format("writing '{}' failed: No such file or directory", missing.string()));
+}
+
 TEST(NormalizeSandboxPath, MakesPathsAbsoluteAndRefusesDotDot) {
   EXPECT_EQ(*normalize_sandbox_path("/home/sandbox/outputs/", "/home/sandbox"),
             "/home/sandbox/outputs");
