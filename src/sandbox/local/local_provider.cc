@@ -427,7 +427,8 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
       return std::unexpected(made.error());
     }
   }
-  // Whether a host process runs with ids of the range (a scan of /proc) and the image as the
+  // Whether a host process runs with ids of the range (HostIds: /proc, read at most once a
+  // second) and the image as the
   // range sees it (an idmapped mount) are found on another thread meanwhile: they take about
   // as long as the cgroups and init that are made here.
   // A snapshot's frozen layers have the ids of the sandbox each was frozen from; their trees are
@@ -436,8 +437,8 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
     bool in_use = false;
     Result<UniqueFd> image_tree;
   };
-  auto id_range = std::async(std::launch::async, [&image, id_base] {
-    return IdRange{host_ids_in_use(id_base, kSandboxIdCount),
+  auto id_range = std::async(std::launch::async, [this, &image, id_base] {
+    return IdRange{host_ids_.in_use(id_base, kSandboxIdCount),
                    idmapped_tree(image.rootfs, kSandboxIdBase, id_base, kSandboxIdCount)};
   });
   std::future<std::vector<Result<UniqueFd>>> frozen_trees;

@@ -159,6 +159,7 @@ class LocalProvider final : public SandboxProvider {
   SandboxConfig config_;
   LocalProviderOptions options_;
   StateStore state_;
+  HostIds host_ids_;
   SnapshotStore snapshots_;
   ImageStore images_;
   std::unique_ptr<CgroupDriver> cgroups_;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
 
@@ -204,21 +205,35 @@ Result<uint32_t> StateStore::claim_id_range(std::string_view id) const {
                     (state_dir_ / "id-ranges").string());
 }
 
-bool host_ids_in_use(uint32_t base, uint32_t count) {
+std::vector<uint32_t> host_ids_from(uint32_t lowest) {
+  std::vector<uint32_t> ids;
   DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return false;
-  bool found = false;
+  if (proc == nullptr) return ids;
   while (const dirent* entry = ::readdir(proc)) {
     if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;  // pids only
     struct stat info {};
     if (::fstatat(::dirfd(proc), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    if (info.st_uid >= base && info.st_uid - base < count) {
-      found = true;
-      break;
-    }
+    if (info.st_uid >= lowest) ids.push_back(info.st_uid);
   }
   ::closedir(proc);
-  return found;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+HostIds::HostIds(std::chrono::milliseconds max_age, Scan scan)
+    : max_age_(max_age),
+      scan_(scan ? std::move(scan) : [] { return host_ids_from(kSandboxIdBase); }) {}
+
+bool HostIds::in_use(uint32_t base, uint32_t count) {
+  std::lock_guard lock(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  if (!read_at_ || now - *read_at_ >= max_age_) {
+    ids_ = scan_();
+    read_at_ = now;
+  }
+  auto first = std::lower_bound(ids_.begin(), ids_.end(), base);
+  return first != ids_.end() && *first - base < count;
 }
 
 void StateStore::release_id_range(uint32_t base) const {
