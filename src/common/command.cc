@@ -122,16 +122,17 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv,
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return errno_error("waitpid for '{}'", argv[0]);
   }
-  const std::string name =
-      options.name.empty() ? fmt::format("{}", fmt::join(argv, " ")) : options.name;
+  const auto name = [&] {
+    return options.name.empty() ? fmt::format("{}", fmt::join(argv, " ")) : options.name;
+  };
   if (WIFSIGNALED(status)) {
     return make_error(ErrorCode::kInternal, "'{}' was killed by signal {}; its last output:\n{}",
-                      name, WTERMSIG(status), tail_lines(result.output, 20));
+                      name(), WTERMSIG(status), tail_lines(result.output, 20));
   }
   result.exit_code = WEXITSTATUS(status);
   if (result.exit_code != 0) {
     return make_error(ErrorCode::kInternal, "'{}' exited with status {}; its last output:\n{}",
-                      name, result.exit_code, tail_lines(result.output, 20));
+                      name(), result.exit_code, tail_lines(result.output, 20));
   }
   return result;
 }

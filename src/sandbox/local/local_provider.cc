@@ -428,9 +428,8 @@ Result<SandboxInfo> LocalProvider::start(const SandboxSpec& spec, const Image& i
     }
   }
   // Whether a host process runs with ids of the range (HostIds: /proc, read at most once a
-  // second) and the image as the
-  // range sees it (an idmapped mount) are found on another thread meanwhile: they take about
-  // as long as the cgroups and init that are made here.
+  // second) and the image as the range sees it (an idmapped mount) are found on another thread
+  // meanwhile: they take about as long as the cgroups and init that are made here.
   // A snapshot's frozen layers have the ids of the sandbox each was frozen from; their trees are
   // made on a thread of their own, beside the image's.
   struct IdRange {

@@ -31,7 +31,7 @@ const kTimeInMilliseconds = timeSeries("ms");
 const kMemorySeries: Series[] = [
   { label: "peak (MiB)", value: (e) => e.peak_memory_bytes / 2 ** 20, color: "#2f5d50" },
   { label: "limit (MiB)", value: (e) => e.memory_limit_bytes / 2 ** 20, color: "#999999", line: true },
-  { label: "OOM kill", value: (e) => (e.oom ? e.peak_memory_bytes / 2 ** 20 : null), color: "#c0392b", mark: true },
+  { label: "OOM kill", value: (e) => (e.oom ? e.peak_memory_bytes / 2 ** 20 : null), color: "#c0392b", size: 12 },
 ];
 
 type Column = { key: string; label: string; value: (exec: Exec) => number | string; show: (exec: Exec) => string };

@@ -1,5 +1,5 @@
 // Steps over time drawn by uPlot: one point per step at the time it started, a series per
-// measure; "marks" series show only where they have a value (OOM kills).
+// measure; a series with a value only now and then (OOM kills) shows only there.
 import { useEffect, useRef } from "preact/hooks";
 import uPlot from "uplot";
 
@@ -11,17 +11,17 @@ export interface Series {
   color: string;
   scale?: string;  // a second y axis (e.g. "ms")
   line?: boolean;  // a dashed line (a limit) instead of a point per step
-  mark?: boolean;  // large points where it has a value (OOM kills)
   ring?: boolean;  // rings, so a dot of the same value drawn after them (CPU on run) still shows both
-  size?: number;  // a dot's diameter in pixels (7); smaller for a series drawn over another
+  size?: number;  // a dot's diameter in pixels (7): smaller for one drawn over another, larger
+  // for marks where a series has a value only now and then (OOM kills)
 }
 
 // How a series' points are drawn, and its marker in the legend the same: a ring is hollow, a
-// dot or a mark filled, a limit a dashed line.
+// dot filled, a limit a dashed line.
 function points(s: Series): uPlot.Series.Points {
   if (s.line) return { show: false };
   if (s.ring) return { show: true, size: 11, width: 2, stroke: s.color, fill: "transparent" };
-  return { show: true, size: s.mark ? 12 : (s.size ?? 7), width: 0, fill: s.color };
+  return { show: true, size: s.size ?? 7, width: 0, fill: s.color };
 }
 const markerFill = (s: Series) => (s.line || s.ring ? "transparent" : s.color);
 
