@@ -27,6 +27,13 @@ std::vector<sandbox::SandboxInfo> api_sandboxes() {
   return found ? *found : std::vector<sandbox::SandboxInfo>{};
 }
 
+// For command_lines_when: the sandbox runs no more than `count` processes.
+auto at_most(size_t count) {
+  return [count](const std::vector<std::string>& command_lines) {
+    return command_lines.size() <= count;
+  };
+}
+
 bool output_contains(const StreamEvent& event, std::string_view text) {
   return event.type == "output" &&
          event.data["text"].get<std::string>().find(text) != std::string::npos;
@@ -243,16 +250,8 @@ TEST(Lifecycle, SigkillUnderACommandThenRestartTheConversationGoesOn) {
   // Killed: its sandbox lives on, and so does what the command started in a session of its own
   // (the sandbox's init killed the command itself when the server hung up).
   ASSERT_EQ(api_sandboxes().size(), 1u);
-  auto left = host_processes_of(sandbox_id);
-  for (int i = 0; i < 50 && left.size() > 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    left = host_processes_of(sandbox_id);
-  }
-  std::string names;
-  for (pid_t pid : left)
-    names +=
-        fmt::format("{} {}", pid, read_file(fmt::format("/proc/{}/cmdline", pid)).value_or("?"));
-  EXPECT_EQ(left.size(), 2u) << names;
+  auto left = command_lines_when(sandbox_id, at_most(2));
+  EXPECT_EQ(left.size(), 2u) << fmt::format("{}", fmt::join(left, "\n"));
 
   QuarryServer restarted({.scenario = "long_command"});
   ASSERT_TRUE(restarted.started());
@@ -303,18 +302,32 @@ TEST(Lifecycle, QuarryAskKilledUnderACommandLeavesNothingRunningIntoTheNextTurn)
   ASSERT_TRUE(server.started());
   ApiClient api(server.url());
   const auto id = api.create_conversation();
+  std::string sandbox_id;
   {
     auto first = ask(server, {"--conversation", id, "Run the long one"});
     ASSERT_TRUE(first.line_with("[run_python"));
-    // The command prints "started" at once; give it a moment to be running, then kill.
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    // The CLI shows a step's output when it ends: wait for the command's child to run instead.
+    for (int i = 0; i < 200 && sandbox_id.empty(); ++i) {
+      const auto sandbox = api.get("/api/v1/conversations/" + id).json["sandbox"];
+      if (sandbox.is_object() && sandbox["sandbox_id"].is_string()) {
+        sandbox_id = sandbox["sandbox_id"];
+      }
+      if (sandbox_id.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_FALSE(sandbox_id.empty()) << "no sandbox was made for the step";
+    const auto running = command_lines_when(sandbox_id, [](const auto& command_lines) {
+      return std::ranges::any_of(command_lines, [](const std::string& line) {
+        return line.find("outlived its turn") != std::string::npos;
+      });
+    });
+    ASSERT_EQ(running.size(), 3u) << fmt::format("{}", fmt::join(running, "\n"));
     first.stop(SIGKILL);
   }
   auto document = api.get("/api/v1/conversations/" + id);
-  const std::string sandbox_id = document.json["sandbox"]["sandbox_id"];
   EXPECT_EQ(document.json["turns"][0]["status"], "running");  // nobody knows yet
-  // Init killed the command when its caller went; its detached child runs on.
-  EXPECT_EQ(host_processes_of(sandbox_id).size(), 2u);
+  // Init kills the command when its caller goes; its detached child runs on.
+  const auto left = command_lines_when(sandbox_id, at_most(2));
+  EXPECT_EQ(left.size(), 2u) << fmt::format("{}", fmt::join(left, "\n"));
 
   auto next = ask(server, {"--conversation", id, "Please try again"});
   const std::string output = next.rest();

@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <thread>
 
 #include "common/file_util.h"
 #include "config/paths.h"
@@ -127,6 +129,25 @@ std::vector<pid_t> host_processes_of(std::string_view id) {
     pids.push_back(std::stoi(name));
   }
   return pids;
+}
+
+std::vector<std::string> command_lines_when(
+    std::string_view id, const std::function<bool(const std::vector<std::string>&)>& settled,
+    std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::vector<std::string> command_lines;
+    for (pid_t pid : host_processes_of(id)) {
+      auto command_line = read_file(fmt::format("/proc/{}/cmdline", pid));
+      if (!command_line) continue;  // gone since
+      std::replace(command_line->begin(), command_line->end(), '\0', ' ');
+      command_lines.push_back(std::move(*command_line));
+    }
+    if (settled(command_lines) || std::chrono::steady_clock::now() >= deadline) {
+      return command_lines;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 void reap_orphaned_inits() {

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -55,6 +57,13 @@ class ScopedSandbox {
 // Host pids whose cgroup (in any hierarchy) is under quarry/<id>, read from /proc; zombies
 // (dead, not yet reaped by the sandbox's init) are not counted.
 std::vector<pid_t> host_processes_of(std::string_view id);
+
+// The command lines of the sandbox's host processes, read again every 50 ms until `settled`
+// holds of them or `timeout` passes; the last reading either way. For what changes a moment
+// after its cause, as a command its caller left, killed by the sandbox's init.
+std::vector<std::string> command_lines_when(
+    std::string_view id, const std::function<bool(const std::vector<std::string>&)>& settled,
+    std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // Reaps sandbox inits re-parented to this process (a subreaper) after their creator died and
 // another process destroyed them.
