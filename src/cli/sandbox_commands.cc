@@ -12,6 +12,7 @@
 
 #include "cli/cancel_signals.h"
 #include "cli/commands.h"
+#include "common/file_util.h"
 #include "common/units.h"
 #include "sandbox/local/local_provider.h"
 #include "sandbox/metering.h"
@@ -233,25 +234,18 @@ int copy(sandbox::SandboxProvider& provider, const std::string& from, const std:
     file /= std::filesystem::path(source->second).filename();
   }
   constexpr uint64_t kMaxCopy = 64ULL << 30;
-  std::filesystem::path temp = file;
-  temp += ".quarry-partial";
-  std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    return report(Error{ErrorCode::kInvalidArgument,
-                        fmt::format("cannot write '{}': {}", file.string(), std::strerror(errno))});
-  }
-  auto copied = provider.read_file(source->first, source->second, out, kMaxCopy);
-  out.close();
-  std::error_code renamed;
-  if (copied && out) std::filesystem::rename(temp, file, renamed);
-  if (!copied || !out || renamed) {
-    std::filesystem::remove(temp, error);
-    if (!copied) return report(copied.error());
-    return report(
-        Error{ErrorCode::kInternal, fmt::format("writing '{}' failed{}", file.string(),
-                                                renamed ? ": " + renamed.message() : "")});
-  }
-  return 0;
+  auto copied = write_then_rename(file, [&](const std::filesystem::path& partial) -> Result<void> {
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      return make_error(ErrorCode::kInvalidArgument, "cannot write '{}': {}", file.string(),
+                        std::strerror(errno));
+    }
+    RETURN_IF_ERROR(provider.read_file(source->first, source->second, out, kMaxCopy));
+    out.close();
+    if (!out) return make_error(ErrorCode::kInternal, "writing '{}' failed", file.string());
+    return {};
+  });
+  return copied ? 0 : report(copied.error());
 }
 
 }  // namespace

@@ -21,6 +21,25 @@ Result<std::string> read_file(const std::filesystem::path& path);
 Result<void> write_file_atomic(const std::filesystem::path& path, std::string_view content,
                                mode_t mode = 0644);
 
+// Has `write` make a file at `path`.quarry-partial and renames that over `path` once `write`
+// succeeded; a failed write removes it, so what was at `path` stays. For writers that make the
+// file themselves (an export, a copy streamed out of a sandbox). `write` returns a Result.
+template <typename Write>
+auto write_then_rename(const std::filesystem::path& path, Write&& write) -> decltype(write(path)) {
+  std::filesystem::path partial = path;
+  partial += ".quarry-partial";
+  auto written = write(partial);
+  std::error_code renamed;
+  if (written) std::filesystem::rename(partial, path, renamed);
+  if (written && !renamed) return written;
+  std::error_code ignored;
+  std::filesystem::remove(partial, ignored);
+  if (!written) return written;
+  return std::unexpected(
+      Error{ErrorCode::kInternal,
+            fmt::format("writing '{}' failed: {}", path.string(), renamed.message())});
+}
+
 // Opens an existing file and writes `content` in one write(2), as control files require.
 Result<void> write_control_file(const std::filesystem::path& path, std::string_view content);
 

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -51,6 +52,44 @@ TEST(WriteFileAtomic, AFailureNamesTheFile) {
   ASSERT_FALSE(written);
   EXPECT_EQ(written.error().message,
             fmt::format("writing '{}' failed: No such file or directory", missing.string()));
+}
+
+// A writer's file replaces the old one only once it is complete; a failed writer leaves the old
+// file and nothing beside it.
+TEST(WriteThenRename, ReplacesTheFileOnlyWhenTheWriterSucceeded) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "write-then-rename";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "result.parquet";
+  ASSERT_TRUE(quarry::write_file_atomic(file, "old"));
+  auto write = [](std::string_view content, bool fail) {
+    return [=](const std::filesystem::path& partial) -> quarry::Result<int> {
+      std::ofstream(partial) << content;
+      if (fail) return quarry::make_error(quarry::ErrorCode::kInternal, "the query failed");
+      return 7;
+    };
+  };
+  auto failed = quarry::write_then_rename(file, write("half", true));
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().message, "the query failed");
+  EXPECT_EQ(quarry::read_file(file).value_or(""), "old");
+  auto written = quarry::write_then_rename(file, write("new", false));
+  ASSERT_TRUE(written) << written.error().message;
+  EXPECT_EQ(*written, 7);
+  EXPECT_EQ(quarry::read_file(file).value_or(""), "new");
+  // Over a directory the rename fails: said, and the partial file removed.
+  std::filesystem::create_directories(dir / "taken" / "inside");
+  auto refused = quarry::write_then_rename(dir / "taken", write("new", false));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("writing '" + (dir / "taken").string() + "' failed: "),
+            std::string::npos)
+      << refused.error().message;
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    left.push_back(entry.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"result.parquet", "taken"}));
 }
 
 TEST(NormalizeSandboxPath, MakesPathsAbsoluteAndRefusesDotDot) {

@@ -64,18 +64,9 @@ Result<data::ExportSummary> export_to_host(const std::string& conninfo, const st
                                            const std::filesystem::path& file,
                                            data::ExportOptions options) {
   RETURN_IF_ERROR(check_host_file(file));
-  std::filesystem::path partial = file;
-  partial += ".quarry-partial";
-  ASSIGN_OR_RETURN(auto summary, data::export_parquet(conninfo, sql, partial, options));
-  std::error_code error;
-  std::filesystem::rename(partial, file, error);
-  if (error) {
-    std::error_code ignored;
-    std::filesystem::remove(partial, ignored);
-    return make_error(ErrorCode::kInternal, "renaming the export to '{}' failed: {}", file.string(),
-                      error.message());
-  }
-  return summary;
+  return write_then_rename(file, [&](const std::filesystem::path& partial) {
+    return data::export_parquet(conninfo, sql, partial, options);
+  });
 }
 
 Result<data::PostgresServer> private_server(Context& context) {
