@@ -178,8 +178,12 @@ TEST_F(DaytonaProviderTest, FindTakesLabelsAndDeleteWaitsUntilTheSandboxIsGone) 
   request.argv = {"sleep", "60"};
   Result<sandbox::ExecResult> ended = make_error(ErrorCode::kInternal, "not run");
   std::thread running([&] { ended = provider_->exec(mine, request); });
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  // Stopped once it runs: until then there is nothing to stop.
   auto stopped = provider_->stop_commands(mine);
+  for (int i = 0; i < 200 && stopped && *stopped == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stopped = provider_->stop_commands(mine);
+  }
   running.join();
   ASSERT_TRUE(stopped) << stopped.error().message;
   EXPECT_EQ(*stopped, 1);
