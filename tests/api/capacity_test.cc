@@ -202,10 +202,7 @@ TEST(Capacity, TheWarmPoolHandsOutReadySandboxesAndNeverADeadOne) {
   // The pooled sandbox dies: the first turn gets a new one, not it.
   const std::string dead = pooled();
   ASSERT_FALSE(dead.empty());
-  auto record =
-      read_file(SandboxEnvironment::get().state_dir() / "sandboxes" / dead / "sandbox.json");
-  ASSERT_TRUE(record);
-  ASSERT_EQ(::kill(nlohmann::json::parse(*record)["init_pid"].get<pid_t>(), SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(kill_init_of(dead));
   const auto first = api.create_conversation();
   auto ran = api.cell(first, "python", "print('in a live sandbox')");
   ASSERT_EQ(ran.events.back().data["status"], "completed") << ran.body;

@@ -309,7 +309,8 @@ TEST(Lifecycle, QuarryAskKilledUnderACommandLeavesNothingRunningIntoTheNextTurn)
     // The CLI shows a step's output when it ends: wait for the command's child to run instead.
     for (int i = 0; i < 200 && sandbox_id.empty(); ++i) {
       const auto sandbox = api.get("/api/v1/conversations/" + id).json["sandbox"];
-      if (sandbox.is_object() && sandbox["sandbox_id"].is_string()) {
+      if (sandbox.is_object() && sandbox.contains("sandbox_id") &&
+          sandbox["sandbox_id"].is_string()) {
         sandbox_id = sandbox["sandbox_id"];
       }
       if (sandbox_id.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -122,11 +122,7 @@ TEST_F(ConversationTest, ADeadSandboxIsReplacedAndItsFilesReportedMissing) {
   }
   const std::string old = sandbox_of(id);
   // Kill the sandbox's init between turns, behind the manager's back.
-  auto record =
-      read_file(SandboxEnvironment::get().state_dir() / "sandboxes" / old / "sandbox.json");
-  ASSERT_TRUE(record);
-  ASSERT_EQ(::kill(nlohmann::json::parse(*record)["init_pid"].get<pid_t>(), SIGKILL), 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_NO_FATAL_FAILURE(kill_init_of(old));
 
   auto turn = manager_->begin_turn(id);
   ASSERT_TRUE(turn);

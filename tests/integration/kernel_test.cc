@@ -304,15 +304,14 @@ TEST_F(KernelTest, WhatAStepLeavesRunningEndsWithIt) {
 TEST_F(KernelTest, ACancelStopsTheStepAndTheKernelKeepsItsState) {
   ASSERT_TRUE(python("kept = 'yes'").ok);
   UniqueFd cancel(::eventfd(0, EFD_CLOEXEC));
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    const uint64_t one = 1;
-    (void)!::write(cancel.get(), &one, sizeof one);
-  });
   agent::ToolIo io;
   io.cancel_fd = cancel.get();
-  auto stopped = python("import time\ntime.sleep(60)", {}, io);
-  stopper.join();
+  // Stopped once the step is in its sleep, as a user stops a step they see running.
+  io.on_output = [&](sandbox::OutputStream, std::string_view) {
+    const uint64_t one = 1;
+    (void)!::write(cancel.get(), &one, sizeof one);
+  };
+  auto stopped = python("import time\nprint('sleeping', flush=True)\ntime.sleep(60)", {}, io);
   EXPECT_TRUE(stopped.cancelled);
   ASSERT_TRUE(stopped.exec);
   EXPECT_LT(stopped.exec->run_ms, 5000);

@@ -487,14 +487,7 @@ TEST(Lifecycle, ConcurrentCreatesUpToTheHostLimitAreAllAdmitted) {
 
 TEST(Lifecycle, ADeadSandboxIsReportedNotHidden) {
   ScopedSandbox sandbox;
-  auto record = read_file(SandboxEnvironment::get().state_dir() / "sandboxes" / sandbox.id() /
-                          "sandbox.json");
-  ASSERT_TRUE(record);
-  const pid_t init = nlohmann::json::parse(*record)["init_pid"];
-  ASSERT_EQ(::kill(init, SIGKILL), 0);
-  for (int i = 0; i < 100 && *provider().is_alive(sandbox.id()); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_NO_FATAL_FAILURE(kill_init_of(sandbox.id()));
   EXPECT_FALSE(*provider().is_alive(sandbox.id()));
   auto result = run(sandbox.id(), {"true"});
   ASSERT_FALSE(result);

@@ -1,15 +1,20 @@
 #include "sandbox_environment.h"
 
+#include <poll.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/unique_fd.h"
 #include "config/paths.h"
 
 namespace quarry::testing {
@@ -148,6 +153,18 @@ std::vector<std::string> command_lines_when(
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+void kill_init_of(std::string_view id) {
+  auto record = read_file(SandboxEnvironment::get().state_dir() / "sandboxes" / std::string(id) /
+                          "sandbox.json");
+  ASSERT_TRUE(record) << record.error().message;
+  const pid_t init = nlohmann::json::parse(*record)["init_pid"];
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, init, 0)));
+  ASSERT_TRUE(pidfd) << "sandbox " << id << " has no init running (pid " << init << ")";
+  ASSERT_EQ(::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0), 0);
+  pollfd exited{pidfd.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&exited, 1, 10'000), 1) << "init " << init << " survived SIGKILL for 10 s";
 }
 
 void reap_orphaned_inits() {

@@ -65,6 +65,10 @@ std::vector<std::string> command_lines_when(
     std::string_view id, const std::function<bool(const std::vector<std::string>&)>& settled,
     std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// SIGKILLs sandbox `id`'s init behind its provider's back, as an operator or the kernel might,
+// and returns once it has exited (a zombie not yet reaped counts as exited).
+void kill_init_of(std::string_view id);
+
 // Reaps sandbox inits re-parented to this process (a subreaper) after their creator died and
 // another process destroyed them.
 void reap_orphaned_inits();

@@ -467,8 +467,10 @@ steps:
   int fds[2];
   ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
   UniqueFd cancel_read(fds[0]), cancel_write(fds[1]);
+  // Cancelled once the first try has been refused, so the client is waiting to retry.
   std::thread canceller([&] {
-    std::this_thread::sleep_for(milliseconds(300));
+    for (int i = 0; i < 1000 && requests().empty(); ++i)
+      std::this_thread::sleep_for(milliseconds(10));
     EXPECT_EQ(::write(cancel_write.get(), "x", 1), 1);
   });
   const auto start = Clock::now();

@@ -55,9 +55,13 @@ std::unique_ptr<agent::ModelClient> ModelTest::client_for(const ModelConfig& con
 
 std::vector<nlohmann::json> ModelTest::requests() const {
   std::vector<nlohmann::json> lines;
-  std::ifstream in(dir_ / "requests.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto parsed = nlohmann::json::parse(line);
+  auto text = read_file(dir_ / "requests.jsonl");
+  if (!text) return lines;
+  // Whole lines only: a test may read while the server is still writing one.
+  std::string_view rest(*text);
+  for (auto end = rest.find('\n'); end != std::string_view::npos; end = rest.find('\n')) {
+    auto parsed = nlohmann::json::parse(rest.substr(0, end));
+    rest.remove_prefix(end + 1);
     if (!parsed.contains("hangup")) lines.push_back(std::move(parsed));  // not a request
   }
   return lines;

@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -123,6 +124,8 @@ TEST_F(HistoryStoreTest, RefusesADamagedDatabaseAndLeavesIt) {
 // unbroken prefix of what was written.
 TEST_F(HistoryStoreTest, AWriterKilledMidWriteLeavesAConsistentStore) {
   std::string id = open()->create_conversation("busy")->id;
+  int written[2];
+  ASSERT_EQ(::pipe2(written, O_CLOEXEC), 0);
   pid_t writer = ::fork();
   if (writer == 0) {
     ManualClock clock;
@@ -133,9 +136,15 @@ TEST_F(HistoryStoreTest, AWriterKilledMidWriteLeavesAConsistentStore) {
       m.turn = i;
       m.content = fmt::format("message {} {}", i, std::string(static_cast<size_t>(i % 5000), 'x'));
       if (!(*store)->append_message(id, m)) ::_exit(2);
+      if (i == 20 && ::write(written[1], "x", 1) != 1) ::_exit(3);
     }
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::close(written[1]);
+  // Killed some time after its 21st message, wherever it is in writing another.
+  char byte = 0;
+  ASSERT_EQ(::read(written[0], &byte, 1), 1) << "the writer stopped before its 21st message";
+  ::close(written[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_EQ(::kill(writer, SIGKILL), 0);
   int status = 0;
   ::waitpid(writer, &status, 0);

@@ -261,10 +261,11 @@ TEST(Scheduler, WaitFiguresAreOfTheGrants) {
   auto first = scheduler.acquire(request("a"));  // no wait
   ASSERT_TRUE(first);
   std::thread release([&] {
+    EXPECT_TRUE(eventually([&] { return scheduler.waiting() == 1; }));
     std::this_thread::sleep_for(200ms);
     (void)scheduler.destroy(first->sandbox_id);
   });
-  auto second = scheduler.acquire(request("b"));  // waits about 200 ms
+  auto second = scheduler.acquire(request("b"));  // waits at least 200 ms
   release.join();
   ASSERT_TRUE(second);
   EXPECT_GE(second->waited, 150ms);
