@@ -68,11 +68,11 @@ void SandboxEnvironment::SetUp() {
 }
 
 void SandboxEnvironment::TearDown() {
-  if (provider_) {
-    if (auto left = provider_->find({})) {
-      for (const auto& info : *left)
-        (void)provider_->destroy(info.id);
-    }
+  // Every sandbox directory, with a record or not (a create cut short, however recently): the
+  // state directory goes, and with it any way to find their cgroups again.
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir_ / "sandboxes", error)) {
+    if (provider_) (void)provider_->destroy(entry.path().filename().string());
   }
   provider_.reset();
   ::umount2((state_dir_ / "sandboxes").c_str(), 0);
@@ -153,6 +153,21 @@ std::vector<std::string> command_lines_when(
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+std::vector<std::filesystem::path> cgroups_of(std::string_view id) {
+  std::vector<std::filesystem::path> found;
+  const std::filesystem::path root = "/sys/fs/cgroup";
+  std::vector<std::filesystem::path> hierarchies = {root};  // v2 alone: one at the root
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+    if (entry.is_directory(error)) hierarchies.push_back(entry.path());
+  }
+  for (const auto& hierarchy : hierarchies) {
+    const auto cgroup = hierarchy / "quarry" / std::string(id);
+    if (std::filesystem::exists(cgroup, error)) found.push_back(cgroup);
+  }
+  return found;
 }
 
 void kill_init_of(std::string_view id) {

@@ -65,6 +65,9 @@ std::vector<std::string> command_lines_when(
     std::string_view id, const std::function<bool(const std::vector<std::string>&)>& settled,
     std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// The sandbox's cgroup directories (quarry/<id>) in every cgroup hierarchy of the host, v1 or v2.
+std::vector<std::filesystem::path> cgroups_of(std::string_view id);
+
 // SIGKILLs sandbox `id`'s init behind its provider's back, as an operator or the kernel might,
 // and returns once it has exited (a zombie not yet reaped counts as exited).
 void kill_init_of(std::string_view id);

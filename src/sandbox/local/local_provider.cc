@@ -347,6 +347,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   ASSIGN_OR_RETURN(auto image, images_.find(definition));
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
   collect_snapshots_now_and_then();
+  remove_abandoned_now_and_then();
   ASSIGN_OR_RETURN(Layers layers, starting_layers(spec, image));
   ASSIGN_OR_RETURN(auto admission, admit(*volume, spec.resources));
   Result<SandboxInfo> started;
@@ -1121,6 +1122,27 @@ void LocalProvider::collect_snapshots_now_and_then() {
   if (!std::filesystem::exists(snapshots_.dir(), error)) return;  // none made here yet
   if (auto collected = collect_snapshots(/*wait=*/false); !collected) {
     spdlog::warn("looking for unused snapshots: {}", collected.error().message);
+  }
+}
+
+void LocalProvider::remove_abandoned_now_and_then() {
+  std::error_code error;
+  const auto stamp = state_.state_dir() / "swept";
+  const auto last = std::filesystem::last_write_time(stamp, error);
+  if (!error && std::filesystem::file_time_type::clock::now() - last < kCollectEvery) return;
+  // Stamped first: the creates of other processes meanwhile leave the sweep to this one.
+  (void)write_file_atomic(stamp, "", 0600);
+  for (const auto& [id, changed] : state_.abandoned(kAbandonedAfter)) {
+    if (auto removed = destroy(id); !removed) {
+      if (removed.error().code != ErrorCode::kNotFound) {  // not swept by another process
+        spdlog::warn("removing what a cut-short create of sandbox {} left: {}", id,
+                     removed.error().message);
+      }
+      continue;
+    }
+    const auto quiet = std::chrono::system_clock::now() - changed;
+    spdlog::info("removed sandbox {}: its create was cut short (no record for {} s)", id,
+                 std::chrono::duration_cast<std::chrono::seconds>(quiet).count());
   }
 }
 
