@@ -11,22 +11,23 @@ namespace quarry::sandbox {
 
 namespace {
 
-// Whole MiB, rounded; written "MB" as in the seed's figures.
-uint64_t megabytes(uint64_t bytes) {
+// Whole MiB, rounded.
+uint64_t mebibytes(uint64_t bytes) {
   return static_cast<uint64_t>(std::llround(static_cast<double>(bytes) / (1024.0 * 1024.0)));
 }
 
 }  // namespace
 
 std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes) {
-  return fmt::format("Killed: command ran out of memory.\nPeak memory: {} MB\nSandbox limit: {} MB",
-                     megabytes(peak_memory_bytes), megabytes(memory_limit_bytes));
+  return fmt::format(
+      "Killed: command ran out of memory.\nPeak memory: {} MiB\nSandbox limit: {} MiB",
+      mebibytes(peak_memory_bytes), mebibytes(memory_limit_bytes));
 }
 
 std::string metering_line(const ExecResult& r) {
-  return fmt::format("exit code {} · {} · CPU {} · peak memory {} MB of {} MB", r.exit_code,
+  return fmt::format("exit code {} · {} · CPU {} · peak memory {} MiB of {} MiB", r.exit_code,
                      format_elapsed(r.run_ms), format_elapsed(r.cpu_ms),
-                     megabytes(r.peak_memory_bytes), megabytes(r.memory_limit_bytes));
+                     mebibytes(r.peak_memory_bytes), mebibytes(r.memory_limit_bytes));
 }
 
 std::optional<std::string> network_message(const ExecResult& result) {

@@ -12,14 +12,14 @@ namespace quarry::sandbox {
 
 // The text the model gets when the kernel killed a command for memory:
 //   Killed: command ran out of memory.
-//   Peak memory: 973 MB
-//   Sandbox limit: 1024 MB
+//   Peak memory: 973 MiB
+//   Sandbox limit: 1024 MiB
 // (MB here are MiB, as in the seed's figures.)
 std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes);
 
 // One line for the model after each command:
-//   exit code 0 · 1.23 s · CPU 1.20 s · peak memory 171 MB of 1024 MB
-//   exit code 1 · 0.4 ms · CPU 0.4 ms · peak memory 86 MB of 1024 MB
+//   exit code 0 · 1.23 s · CPU 1.20 s · peak memory 171 MiB of 1024 MiB
+//   exit code 1 · 0.4 ms · CPU 0.4 ms · peak memory 86 MiB of 1024 MiB
 std::string metering_line(const ExecResult& result);
 
 // What the sandbox's network allowlist refused the command, or nothing:

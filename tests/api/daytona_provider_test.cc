@@ -97,7 +97,7 @@ TEST_F(DaytonaProviderTest, ACommandGivesItsOutputStatusAndMetering) {
   EXPECT_EQ(oom.exit_code, 137);
   ASSERT_TRUE(oom.message);
   EXPECT_NE(oom.message->find("Killed: command ran out of memory."), std::string::npos);
-  EXPECT_NE(oom.message->find("Sandbox limit: 1024 MB"), std::string::npos) << *oom.message;
+  EXPECT_NE(oom.message->find("Sandbox limit: 1024 MiB"), std::string::npos) << *oom.message;
 
   auto slow = run(id, {"sleep", "30"}, std::chrono::seconds(1));
   EXPECT_TRUE(slow.timed_out);

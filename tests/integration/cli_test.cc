@@ -156,7 +156,7 @@ TEST(Cli, RunCreatesExecutesAndDestroys) {
   EXPECT_EQ(result.exit_code, 137);
   EXPECT_NE(result.err.find("Killed: command ran out of memory.\nPeak memory: "), std::string::npos)
       << result.err;
-  EXPECT_NE(result.err.find("Sandbox limit: 256 MB"), std::string::npos);
+  EXPECT_NE(result.err.find("Sandbox limit: 256 MiB"), std::string::npos);
   auto left = quarry({"sandbox", "ls", "--label", "cli=run", "--json"});
   EXPECT_EQ(nlohmann::json::parse(left.out).size(), 0u);
 }

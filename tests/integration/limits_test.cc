@@ -27,7 +27,7 @@ TEST(Limits, OverAllocationIsReportedAsOom) {
   EXPECT_LE(result->peak_memory_bytes, 260 * kMiB);
   ASSERT_TRUE(result->message);
   EXPECT_EQ(*result->message, sandbox::oom_message(result->peak_memory_bytes, 256 * kMiB));
-  EXPECT_NE(result->message->find("Sandbox limit: 256 MB"), std::string::npos);
+  EXPECT_NE(result->message->find("Sandbox limit: 256 MiB"), std::string::npos);
   // The sandbox survives its command's OOM.
   auto after = run(sandbox.id(), {"echo", "still here"});
   ASSERT_TRUE(after);

@@ -148,7 +148,7 @@ TEST_F(OomScenarioTest, RewritesWithDuckDbAfterAnOom) {
   ASSERT_EQ(polars.message.tool_calls.size(), 1u);
   EXPECT_TRUE(has(polars.message.tool_calls[0].arguments, "import polars"));
   tool_result(polars,
-              "Killed: command ran out of memory.\nPeak memory: 1023 MB\nSandbox limit: 1024 MB");
+              "Killed: command ran out of memory.\nPeak memory: 1023 MiB\nSandbox limit: 1024 MiB");
 
   auto rewrite = next();
   EXPECT_TRUE(has(rewrite.message.content, "ran out of memory"));

@@ -7,7 +7,7 @@ namespace {
 
 TEST(Metering, OomMessageIsTheAgentFacingText) {
   EXPECT_EQ(oom_message(973ull << 20, 1024ull << 20),
-            "Killed: command ran out of memory.\nPeak memory: 973 MB\nSandbox limit: 1024 MB");
+            "Killed: command ran out of memory.\nPeak memory: 973 MiB\nSandbox limit: 1024 MiB");
 }
 
 // The line the model reads after each command; a step of a kernel is often under a millisecond.
@@ -19,14 +19,14 @@ TEST(Metering, MeteringLineGivesShortTimesInMilliseconds) {
   quick.peak_memory_bytes = 86ull << 20;
   quick.memory_limit_bytes = 1024ull << 20;
   EXPECT_EQ(metering_line(quick),
-            "exit code 1 · 0.4 ms · CPU 0.4 ms · peak memory 86 MB of 1024 MB");
+            "exit code 1 · 0.4 ms · CPU 0.4 ms · peak memory 86 MiB of 1024 MiB");
 
   ExecResult slow = quick;
   slow.exit_code = 0;
   slow.run_ms = 1234;
   slow.cpu_ms = 1201;
   EXPECT_EQ(metering_line(slow),
-            "exit code 0 · 1.23 s · CPU 1.20 s · peak memory 86 MB of 1024 MB");
+            "exit code 0 · 1.23 s · CPU 1.20 s · peak memory 86 MiB of 1024 MiB");
 }
 
 TEST(Metering, DescribeChoosesOomOverTimeout) {

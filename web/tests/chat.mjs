@@ -156,7 +156,7 @@ await run(async (browser) => {
   // Under it what the model read, with its times as the summary gives them and the traceback
   // not a second time.
   const failingTold = await failing.locator("pre.result.error-output").innerText();
-  assert.match(failingTold, /^exit code 1 · [\d.]+ m?s · CPU [\d.]+ m?s · peak memory \d+ MB of 1024 MB\n--- stderr: shown above ---\nCode error: Read the error above/);
+  assert.match(failingTold, /^exit code 1 · [\d.]+ m?s · CPU [\d.]+ m?s · peak memory \d+ MiB of 1024 MiB\n--- stderr: shown above ---\nCode error: Read the error above/);
   assert.doesNotMatch(failingTold, /Traceback|ZeroDivisionError/);
 
   // The step that ran out of time: red, with what the model was told (and advised).

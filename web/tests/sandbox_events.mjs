@@ -67,7 +67,7 @@ await run(async (browser) => {
   assert.ok(await step.evaluate((node) => node.classList.contains("bad")), "the OOM step is marked");
   assert.match(await step.locator("summary").innerText(), /peak [\d.]+ MiB of 256 MiB · out of memory$/);
   assert.equal(await step.locator("summary").evaluate((node) => getComputedStyle(node).color), "rgb(179, 38, 30)");
-  assert.match(await step.locator("pre.error-output").innerText(), /\nKilled: command ran out of memory\.\nPeak memory: \d+ MB\nSandbox limit: 256 MB\n/);
+  assert.match(await step.locator("pre.error-output").innerText(), /\nKilled: command ran out of memory\.\nPeak memory: \d+ MiB\nSandbox limit: 256 MiB\n/);
   await screenshot(page, "sandbox-events-oom", page.locator("li.turn[data-turn='2']"));
 
   // Idle past sandbox.idle_timeout: the server deletes it (it checks every second).

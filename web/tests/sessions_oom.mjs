@@ -18,7 +18,7 @@ await run(async (browser) => {
   assert.match(await polars.locator("summary").innerText(), /out of memory/);
   assert.equal(await polars.locator("summary").evaluate((node) => getComputedStyle(node).color), "rgb(179, 38, 30)");
   await polars.locator("summary").click();
-  assert.match(await polars.innerText(), /Killed: command ran out of memory\.\nPeak memory: \d+ MB\nSandbox limit: 1024 MB/);
+  assert.match(await polars.innerText(), /Killed: command ran out of memory\.\nPeak memory: \d+ MiB\nSandbox limit: 1024 MiB/);
   const duckdb = steps.nth(2);
   assert.ok(!(await duckdb.evaluate((node) => node.classList.contains("bad"))), "the DuckDB step succeeded");
   assert.match(await duckdb.locator("summary").innerText(), /^✓\s*run_python · .* of 1 GiB$/);
