@@ -14,7 +14,6 @@ namespace quarry::sandbox {
 //   Killed: command ran out of memory.
 //   Peak memory: 973 MiB
 //   Sandbox limit: 1024 MiB
-// (MB here are MiB, as in the seed's figures.)
 std::string oom_message(uint64_t peak_memory_bytes, uint64_t memory_limit_bytes);
 
 // One line for the model after each command:
