@@ -1,21 +1,18 @@
 #include "sandbox_environment.h"
 
-#include <poll.h>
-#include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/file_util.h"
-#include "common/unique_fd.h"
 #include "config/paths.h"
+#include "sandbox/local/spawn.h"
+#include "sandbox/local/state.h"
 
 namespace quarry::testing {
 namespace {
@@ -171,15 +168,12 @@ std::vector<std::filesystem::path> cgroups_of(std::string_view id) {
 }
 
 void kill_init_of(std::string_view id) {
-  auto record = read_file(SandboxEnvironment::get().state_dir() / "sandboxes" / std::string(id) /
-                          "sandbox.json");
+  auto record = sandbox::local::StateStore(SandboxEnvironment::get().state_dir()).load(id);
   ASSERT_TRUE(record) << record.error().message;
-  const pid_t init = nlohmann::json::parse(*record)["init_pid"];
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, init, 0)));
-  ASSERT_TRUE(pidfd) << "sandbox " << id << " has no init running (pid " << init << ")";
-  ASSERT_EQ(::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0), 0);
-  pollfd exited{pidfd.get(), POLLIN, 0};
-  ASSERT_EQ(::poll(&exited, 1, 10'000), 1) << "init " << init << " survived SIGKILL for 10 s";
+  auto init = sandbox::local::open_process(record->init_pid, record->init_start_time);
+  ASSERT_TRUE(init) << "sandbox " << id << ": " << init.error().message;
+  auto killed = sandbox::local::kill_and_reap(init->get());
+  ASSERT_TRUE(killed) << killed.error().message;
 }
 
 void reap_orphaned_inits() {

@@ -69,7 +69,7 @@ std::vector<std::string> command_lines_when(
 std::vector<std::filesystem::path> cgroups_of(std::string_view id);
 
 // SIGKILLs sandbox `id`'s init behind its provider's back, as an operator or the kernel might,
-// and returns once it has exited (a zombie not yet reaped counts as exited).
+// and returns once it has exited (reaped if it was this process's child).
 void kill_init_of(std::string_view id);
 
 // Reaps sandbox inits re-parented to this process (a subreaper) after their creator died and
