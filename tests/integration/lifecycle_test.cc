@@ -496,7 +496,7 @@ TEST(Lifecycle, ACreateRemovesWhatACreateCutShortLeft) {
 
   // Younger than a minute, it may be a create under way: a create that looks leaves it alone.
   const auto long_ago = std::filesystem::file_time_type::clock::now() - std::chrono::minutes(2);
-  std::filesystem::last_write_time(environment.state_dir() / "swept", long_ago);
+  std::filesystem::last_write_time(environment.state_dir() / "collected", long_ago);
   auto next = provider().create(ScopedSandbox::default_spec());
   ASSERT_TRUE(next) << next.error().message;
   ASSERT_TRUE(provider().destroy(next->id));
@@ -504,7 +504,7 @@ TEST(Lifecycle, ACreateRemovesWhatACreateCutShortLeft) {
 
   // A minute on, and a minute since the last look: the next create removes it.
   std::filesystem::last_write_time(dir, long_ago);
-  std::filesystem::last_write_time(environment.state_dir() / "swept", long_ago);
+  std::filesystem::last_write_time(environment.state_dir() / "collected", long_ago);
   ScopedSandbox after;
   EXPECT_FALSE(std::filesystem::exists(dir));
   EXPECT_EQ(cgroups_of(id), std::vector<std::filesystem::path>{});

@@ -346,8 +346,7 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   ASSIGN_OR_RETURN(auto definition, default_image_definition(config_));
   ASSIGN_OR_RETURN(auto image, images_.find(definition));
   ASSIGN_OR_RETURN(const SandboxVolume* volume, this->volume());
-  collect_snapshots_now_and_then();
-  remove_abandoned_now_and_then();
+  collect_now_and_then();
   ASSIGN_OR_RETURN(Layers layers, starting_layers(spec, image));
   ASSIGN_OR_RETURN(auto admission, admit(*volume, spec.resources));
   Result<SandboxInfo> started;
@@ -945,8 +944,8 @@ namespace {
 // set (pyarrow alone is some 40 MB of wheel) on a throttled disk.
 constexpr auto kInstallTimeout = std::chrono::minutes(10);
 
-// How often create() looks for snapshots to delete, by any process (the store's "collected"
-// file's time).
+// How often create() looks for what to remove (collect_now_and_then), by any process (the
+// state's "collected" file's time).
 constexpr auto kCollectEvery = std::chrono::minutes(1);
 
 }  // namespace
@@ -1110,31 +1109,27 @@ Result<std::vector<std::string>> LocalProvider::collect_snapshots(bool wait) {
     spdlog::info("deleted snapshot {}: unused for longer than sandbox.snapshots keeps it", name);
     collected.push_back(name);
   }
-  (void)write_file_atomic(snapshots_.dir() / "collected", "", 0600);
   return collected;
 }
 
-void LocalProvider::collect_snapshots_now_and_then() {
+void LocalProvider::collect_now_and_then() {
   std::error_code error;
-  const auto stamp = snapshots_.dir() / "collected";
+  const auto stamp = state_.state_dir() / "collected";
   const auto last = std::filesystem::last_write_time(stamp, error);
   if (!error && std::filesystem::file_time_type::clock::now() - last < kCollectEvery) return;
+  // Stamped first: the creates of other processes meanwhile leave the work to this one.
+  (void)write_file_atomic(stamp, "", 0600);
+  remove_abandoned();
   if (!std::filesystem::exists(snapshots_.dir(), error)) return;  // none made here yet
   if (auto collected = collect_snapshots(/*wait=*/false); !collected) {
     spdlog::warn("looking for unused snapshots: {}", collected.error().message);
   }
 }
 
-void LocalProvider::remove_abandoned_now_and_then() {
-  std::error_code error;
-  const auto stamp = state_.state_dir() / "swept";
-  const auto last = std::filesystem::last_write_time(stamp, error);
-  if (!error && std::filesystem::file_time_type::clock::now() - last < kCollectEvery) return;
-  // Stamped first: the creates of other processes meanwhile leave the sweep to this one.
-  (void)write_file_atomic(stamp, "", 0600);
+void LocalProvider::remove_abandoned() {
   for (const auto& [id, changed] : state_.abandoned(kAbandonedAfter)) {
     if (auto removed = destroy(id); !removed) {
-      if (removed.error().code != ErrorCode::kNotFound) {  // not swept by another process
+      if (removed.error().code != ErrorCode::kNotFound) {  // not removed by another process
         spdlog::warn("removing what a cut-short create of sandbox {} left: {}", id,
                      removed.error().message);
       }

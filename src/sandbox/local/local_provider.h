@@ -107,12 +107,13 @@ class LocalProvider final : public SandboxProvider {
                                 std::vector<std::string> packages, std::string lock);
   SnapshotUsers users_of(std::string_view snapshot, const std::vector<SandboxRecord>& sandboxes,
                          const std::vector<SnapshotRecord>& snapshots) const;
-  // collect_snapshots(false) unless this was done less than a minute ago (by any process).
-  void collect_snapshots_now_and_then();
+  // remove_abandoned() and collect_snapshots(false), unless this was done less than a minute ago
+  // (by any process).
+  void collect_now_and_then();
   // Destroys what creates cut short left (a sandbox directory that never got its record, a
-  // minute on), unless this was done less than a minute ago (by any process): no process can
-  // finish such a create any more, and a server that was killed in one would leave it for good.
-  void remove_abandoned_now_and_then();
+  // minute on): no process can finish such a create any more, and a server that was killed in
+  // one would leave it for good.
+  void remove_abandoned();
   // exec, as the sandbox user or (for what the host installs) as the sandbox's root.
   Result<ExecResult> execute(std::string_view id, const ExecRequest& request, bool as_root);
   std::vector<std::string> environment(const ExecRequest& request,
