@@ -8,10 +8,12 @@
 // wheels made here go nowhere else.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/clock.h"
 #include "common/command.h"
@@ -351,6 +353,44 @@ TEST_F(Snapshot, BadRequestsAreRefusedWithWhatToDo) {
   auto outside = provider_->create(spec);
   ASSERT_FALSE(outside);
   EXPECT_EQ(outside.error().code, ErrorCode::kNotFound);
+}
+
+// What a snapshot holds was written by code in a sandbox. Init makes the user's directories
+// (and its mount points) while it is still the host's root and names still resolve from the
+// host's '/': a link planted in their place must not point it at the host's files.
+TEST_F(Snapshot, ALinkPlantedWhereQuarryMakesADirectoryReachesNothingOnTheHost) {
+  const auto target = dir_ / "host-directory";
+  std::filesystem::create_directory(target);
+  std::filesystem::permissions(target, std::filesystem::perms::owner_all);
+  const auto source = create();
+  ASSERT_EQ(
+      sh(source, fmt::format("rm -rf data && ln -s {} data && echo planted", target.string())),
+      "planted\n");
+  snapshot(source, "linked");
+  ASSERT_EQ(sh(source, "rm data && mkdir data && rm -rf outputs && touch outputs && echo planted"),
+            "planted\n");
+  snapshot(source, "filed");
+
+  for (const auto& [name, what, path] :
+       {std::tuple{"linked", "a symbolic link", "/home/sandbox/data"},
+        std::tuple{"filed", "not a directory", "/home/sandbox/outputs"}}) {
+    SCOPED_TRACE(name);
+    auto spec = ScopedSandbox::default_spec();
+    spec.snapshot = name;
+    auto refused = provider_->create(spec);
+    if (refused) sandboxes_.push_back(refused->id);
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().message.find(fmt::format(
+                  "'{}' in the sandbox is {} where quarry makes a directory", path, what)),
+              std::string::npos)
+        << refused.error().message;
+  }
+  struct stat info {};
+  ASSERT_EQ(::stat(target.c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, 0u);
+  EXPECT_EQ(info.st_gid, 0u);
+  EXPECT_EQ(info.st_mode & 07777, 0700u);
+  EXPECT_TRUE(std::filesystem::is_empty(target));
 }
 
 TEST_F(Snapshot, PackagesAreInstalledOnceAndTheNextSandboxStartsWithThem) {

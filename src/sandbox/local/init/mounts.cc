@@ -1,6 +1,7 @@
 // The sandbox's filesystem: an overlay of the image and the writable layer, a fresh /proc, a
 // minimal /dev, and then pivot_root so the host's filesystem is gone.
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -31,6 +32,58 @@ Result<void> make_dir(const std::string& path, mode_t mode) {
   return {};
 }
 
+// Opens the directory `path` (absolute, as the sandbox sees it) in the sandbox's root, making
+// each part that is missing with `mode` and giving it to `owner`, never through a symbolic link
+// and never onto anything but a directory. Init is still the host's root here, and names still
+// resolve from the host's '/', while the layers of a snapshot hold what code in a sandbox
+// wrote: a link it planted (`/home/sandbox/data -> /etc`) must not point init at the host's
+// files.
+Result<UniqueFd> open_sandbox_directory(int root, const std::string& path, mode_t mode,
+                                        uid_t owner) {
+  UniqueFd directory(::fcntl(root, F_DUPFD_CLOEXEC, 0));
+  if (!directory) return errno_error("dup of the sandbox's root");
+  std::string walked;
+  for (const auto& part : std::filesystem::path(path).relative_path()) {
+    const std::string name = part.string();
+    walked += "/" + name;
+    const bool made = ::mkdirat(directory.get(), name.c_str(), mode) == 0;
+    if (!made && errno != EEXIST) return errno_error("mkdir('{}') in the sandbox", walked);
+    open_how how{};
+    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+    UniqueFd next(
+        static_cast<int>(::syscall(SYS_openat2, directory.get(), name.c_str(), &how, sizeof how)));
+    if (!next && (errno == ELOOP || errno == ENOTDIR)) {
+      struct stat info {};
+      const bool link = ::fstatat(directory.get(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 &&
+                        S_ISLNK(info.st_mode);
+      return make_error(ErrorCode::kFailedPrecondition,
+                        "'{}' in the sandbox is {} where quarry makes a directory at every start; "
+                        "the snapshot the sandbox starts from holds it: remove it in a sandbox "
+                        "of that snapshot and take the snapshot again",
+                        walked, link ? "a symbolic link" : "not a directory");
+    }
+    if (!next) return errno_error("opening '{}' in the sandbox", walked);
+    if (made && ::fchown(next.get(), owner, owner) != 0) {
+      return errno_error("chown('{}') in the sandbox", walked);
+    }
+    directory = std::move(next);
+  }
+  return directory;
+}
+
+// The same for a directory of the sandbox's root (host id `owner`) that init mounts on.
+Result<void> make_mount_point(int root, const std::string& path, mode_t mode, uid_t owner) {
+  RETURN_IF_ERROR(open_sandbox_directory(root, path, mode, owner));
+  return {};
+}
+
+Result<UniqueFd> open_root(const std::string& root_dir) {
+  UniqueFd root(::open(root_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return errno_error("open('{}')", root_dir);
+  return root;
+}
+
 struct Device {
   const char* name;
   unsigned major;
@@ -42,24 +95,13 @@ constexpr Device kDevices[] = {
     {"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9},
 };
 
-// Gives `path` (with AT_SYMLINK_NOFOLLOW in `flags`: the link itself) to `user` and `group`,
-// unless it is theirs already: changing what the image has copies it up into the writable
-// layer, a write to the sandbox's disk for nothing.
-Result<void> give_to(const std::string& path, uid_t user, gid_t group, int flags) {
-  struct stat info {};
-  if (::fstatat(AT_FDCWD, path.c_str(), &info, flags) == 0 && info.st_uid == user &&
-      info.st_gid == group) {
-    return {};
-  }
-  if (::fchownat(AT_FDCWD, path.c_str(), user, group, flags) != 0) {
+// Everything init creates belongs to the sandbox's root (host id `owner`), as the image does;
+// a link itself, not what it points to.
+Result<void> give_to_root(const std::string& path, uid_t owner) {
+  if (::fchownat(AT_FDCWD, path.c_str(), owner, owner, AT_SYMLINK_NOFOLLOW) != 0) {
     return errno_error("chown('{}')", path);
   }
   return {};
-}
-
-// Everything init creates belongs to the sandbox's root (host id `owner`), as the image does.
-Result<void> give_to_root(const std::string& path, uid_t owner) {
-  return give_to(path, owner, owner, AT_SYMLINK_NOFOLLOW);
 }
 
 Result<void> make_dev(const std::string& dev, uid_t owner) {
@@ -94,12 +136,10 @@ Result<void> make_dev(const std::string& dev, uid_t owner) {
 
 // The sandbox's own cgroups, read-only, so programs can read their limits. Runs inside the
 // cgroup namespace, where each hierarchy's root is the sandbox's cgroup.
-Result<void> mount_cgroups(const std::string& root, const protocol::Setup& setup) {
+Result<void> mount_cgroups(int root_fd, const protocol::Setup& setup) {
   if (setup.cgroup_mounts.empty()) return {};
-  for (const char* dir : {"/sys", "/sys/fs", "/sys/fs/cgroup"}) {
-    RETURN_IF_ERROR(make_dir(root + dir, 0755));
-    RETURN_IF_ERROR(give_to_root(root + dir, setup.host_id_base));
-  }
+  const std::string& root = setup.root_dir;
+  RETURN_IF_ERROR(make_mount_point(root_fd, "/sys/fs/cgroup", 0755, setup.host_id_base));
   const unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC;
   const auto& mounts = setup.cgroup_mounts;
   if (mounts.size() == 1 && mounts[0].target == "/sys/fs/cgroup") {
@@ -205,16 +245,20 @@ Result<void> mount_root_filesystem(const protocol::Setup& setup,
   RETURN_IF_ERROR(mount_fs(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, ""));
   RETURN_IF_ERROR(mount_overlay(setup, layer_trees));
   const std::string& root = setup.root_dir;
-  RETURN_IF_ERROR(make_dir(root + "/proc", 0555));
+  const uid_t owner = setup.host_id_base;
+  // Checked to be directories, not links, before anything is mounted on them by name: nothing
+  // else writes to the sandbox's layer until init is done.
+  ASSIGN_OR_RETURN(UniqueFd root_fd, open_root(root));
+  RETURN_IF_ERROR(make_mount_point(root_fd.get(), "/proc", 0555, owner));
   RETURN_IF_ERROR(mount_fs("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, ""));
-  RETURN_IF_ERROR(make_dir(root + "/dev", 0755));
-  RETURN_IF_ERROR(make_dev(root + "/dev", setup.host_id_base));
+  RETURN_IF_ERROR(make_mount_point(root_fd.get(), "/dev", 0755, owner));
+  RETURN_IF_ERROR(make_dev(root + "/dev", owner));
   RETURN_IF_ERROR(mask_proc(root));
-  RETURN_IF_ERROR(mount_cgroups(root, setup));
-  RETURN_IF_ERROR(make_dir(root + "/tmp", 01777));
-  struct stat tmp {};
-  if (::stat((root + "/tmp").c_str(), &tmp) == 0 && (tmp.st_mode & 07777) == 01777) return {};
-  if (::chmod((root + "/tmp").c_str(), 01777) != 0) return errno_error("chmod('{}/tmp')", root);
+  RETURN_IF_ERROR(mount_cgroups(root_fd.get(), setup));
+  ASSIGN_OR_RETURN(UniqueFd tmp, open_sandbox_directory(root_fd.get(), "/tmp", 01777, owner));
+  struct stat info {};
+  if (::fstat(tmp.get(), &info) == 0 && (info.st_mode & 07777) == 01777) return {};
+  if (::fchmod(tmp.get(), 01777) != 0) return errno_error("chmod('{}/tmp')", root);
   return {};
 }
 
@@ -223,15 +267,18 @@ Result<void> make_user_directories(const protocol::Setup& setup) {
   const gid_t group = setup.host_id_base + setup.group_id;
   std::vector<std::string> directories = {setup.home};
   directories.insert(directories.end(), setup.directories.begin(), setup.directories.end());
+  ASSIGN_OR_RETURN(UniqueFd root, open_root(setup.root_dir));
   for (const std::string& directory : directories) {
-    // Parents that do not exist yet belong to root; the directory itself to the user.
-    std::filesystem::path path = setup.root_dir + directory;
-    std::string current;
-    for (const auto& part : std::filesystem::path(directory).relative_path()) {
-      current += "/" + part.string();
-      RETURN_IF_ERROR(make_dir(setup.root_dir + current, 0755));
+    // Parents that do not exist yet belong to the sandbox's root; the directory to the user.
+    ASSIGN_OR_RETURN(UniqueFd opened,
+                     open_sandbox_directory(root.get(), directory, 0755, setup.host_id_base));
+    // Unless it is theirs already: changing what the image has copies it up into the writable
+    // layer, a write to the sandbox's disk for nothing.
+    struct stat info {};
+    if (::fstat(opened.get(), &info) == 0 && info.st_uid == owner && info.st_gid == group) {
+      continue;
     }
-    RETURN_IF_ERROR(give_to(path.string(), owner, group, 0));
+    if (::fchown(opened.get(), owner, group) != 0) return errno_error("chown('{}')", directory);
   }
   return {};
 }
