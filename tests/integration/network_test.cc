@@ -260,6 +260,32 @@ TEST_F(Network, ADeniedNameAndAnAddressAreRefusedAndToldWithTheExec) {
   EXPECT_TRUE(seen) << listed.dump();
 }
 
+// Code in the sandbox chooses what it asks the proxy for: neither long names of any bytes nor
+// many of them keep its refusals from being told with the command.
+TEST_F(Network, AnyNumberOfRefusalsOfAnyBytesIsToldWithTheExec) {
+  const auto id = create({"allowed.quarry.test"});
+  ASSERT_FALSE(id.empty());
+  sandbox::ExecRequest request;
+  request.argv = {"python3", "-c", R"py(
+import socket
+for _ in range(40):
+    with socket.create_connection(("127.0.0.1", 3128)) as proxy:
+        proxy.sendall(b"CONNECT " + b"\xff" * 300 + b":443 HTTP/1.1\r\n\r\n")
+        proxy.recv(4096)
+print("asked")
+)py"};
+  request.timeout = std::chrono::seconds(60);
+  auto exec = SandboxEnvironment::get().provider().exec(id, request);
+  ASSERT_TRUE(exec) << exec.error().message;
+  ASSERT_EQ(exec->stdout_text, "asked\n") << exec->stderr_text;
+  EXPECT_EQ(exec->denied_connections, 40u);
+  ASSERT_EQ(exec->denials.size(), sandbox::kMaxDenialsKept);
+  for (const auto& denial : exec->denials) {
+    EXPECT_EQ(denial.host, std::string(300, '?'));
+    EXPECT_EQ(denial.port, 443);
+  }
+}
+
 TEST_F(Network, ATlsServerNameOutsideTheAllowlistIsRefusedInsideAnAllowedTunnel) {
   const auto id = create({"allowed.quarry.test"});
   ASSERT_FALSE(id.empty());

@@ -21,6 +21,7 @@ namespace {
 
 constexpr auto kStartTimeout = std::chrono::seconds(5);
 constexpr auto kAnswerTimeout = std::chrono::seconds(2);
+constexpr size_t kMaxAnswer = 64 * 1024;
 // The descriptors the proxy is given: 3 its sandbox's network namespace, 4 the ready pipe,
 // 5.. its cgroup's cgroup.procs files.
 constexpr int kNetnsFd = 3;
@@ -158,14 +159,20 @@ Result<NetworkActivity> network_activity(const std::filesystem::path& control_so
   };
   auto connection = connect_unix(control_socket);
   if (!connection) return fail(fmt::format("does not answer: {}", connection.error().message));
-  const std::string question = nlohmann::json{{"since", since}}.dump() + "\n";
+  // A command keeps kMaxDenialsKept of its refusals: the proxy sends no more, so the answer
+  // stays within kMaxAnswer whatever the sandbox asked it for (a denial is under 2 KB).
+  const std::string question =
+      nlohmann::json{{"since", since}, {"max", kMaxDenialsKept}}.dump() + "\n";
   if (::send(connection->get(), question.data(), question.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(question.size())) {
     return fail("took no question");
   }
   auto answer = read_until(connection->get(), std::chrono::steady_clock::now() + kAnswerTimeout,
-                           '\n', 64 * 1024);
+                           '\n', kMaxAnswer);
   if (!answer) return fail(fmt::format("gave no answer: {}", answer.error().message));
+  if (answer->empty() || answer->back() != '\n') {
+    return fail(fmt::format("gave an answer cut short or longer than {} bytes", kMaxAnswer));
+  }
   auto json = nlohmann::json::parse(*answer, nullptr, false);
   try {
     NetworkActivity activity;

@@ -64,12 +64,12 @@ int64_t now_ms() {
       .count();
 }
 
-// What a sandbox sent, fit for a log line and a message: control bytes become '?' (a server
-// name from a ClientHello may be any bytes).
+// What a sandbox sent, fit for a log line and a message: anything but printable ASCII becomes
+// '?' (a server name from a ClientHello, or a CONNECT's, may be any bytes; a name is ASCII).
 std::string printable(std::string_view text) {
   std::string out(text.substr(0, 300));
   for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
   }
   return out;
 }
@@ -466,13 +466,19 @@ struct Proxy::State : std::enable_shared_from_this<State> {
                                    net::redirect_error(net::use_awaitable, error));
     if (error) co_return;
     auto question = nlohmann::json::parse(line, nullptr, false);
+    // The denials after `since`, the first `max` of them: what the host keeps of a command's.
     uint64_t since = 0;
+    uint64_t max = kRingSize;
     if (question.is_object() && question.value("since", nlohmann::json()).is_number_unsigned()) {
       since = question["since"].get<uint64_t>();
+    }
+    if (question.is_object() && question.value("max", nlohmann::json()).is_number_unsigned()) {
+      max = question["max"].get<uint64_t>();
     }
     nlohmann::json denials = nlohmann::json::array();
     for (const auto& denial : self->ring) {
       if (denial.seq <= since) continue;
+      if (denials.size() >= max) break;
       denials.push_back({{"seq", denial.seq},
                          {"at_ms", denial.at_ms},
                          {"host", denial.host},
