@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "agent/artifacts.h"
+#include "child_process.h"
 #include "common/file_util.h"
 #include "common/units.h"
 #include "conversation/conversation_manager.h"
@@ -431,6 +432,52 @@ TEST(Attack, MemoryAndCpuLimitsBeyondTheHostAreRefused) {
   ASSERT_TRUE(again) << again.error().message;
   (void)(*provider)->destroy(second->id);
   (void)(*provider)->destroy(again->id);
+}
+
+// Admission counted the sandboxes being created in its own process only: two `quarry sandbox
+// create` at once, with room for one more, could both pass before either had a record.
+TEST(Attack, TwoProcessesCreatingAtOnceWhereOneFitsMakeOne) {
+  auto& environment = SandboxEnvironment::get();
+  auto host = sandbox::local::host_capacity();
+  ASSERT_TRUE(host);
+  auto present = environment.provider().find({});
+  ASSERT_TRUE(present) << present.error().message;
+  double committed = 0;
+  for (const auto& info : *present)
+    committed += info.resources.cpus;
+  const std::filesystem::path dir = fmt::format("/tmp/qt-admit-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(write_file_atomic(
+      dir / "config.yml",
+      fmt::format("capacity: {{overcommit: {{cpu: {:.6f}}}}}\n", (committed + 1.5) / host->cpus)));
+  for (int round = 0; round < 8; ++round) {
+    SCOPED_TRACE(fmt::format("round {}", round));
+    std::vector<std::unique_ptr<ChildProcess>> creates;
+    for (int i = 0; i < 2; ++i) {
+      creates.push_back(std::make_unique<ChildProcess>(
+          std::vector<std::string>{
+              environment.quarry_binary().string(), "--config", (dir / "config.yml").string(),
+              "--state-dir", environment.state_dir().string(), "--cache-dir",
+              environment.cache_dir().string(), "sandbox", "create", "--cpus", "1"},
+          dir / fmt::format("stderr-{}", i)));
+    }
+    std::vector<std::string> made;
+    std::string refusals;
+    for (int i = 0; i < 2; ++i) {
+      const std::string out = creates[i]->rest();
+      if (creates[i]->wait() == 0) {
+        made.push_back(out.substr(0, out.find('\n')));
+      } else {
+        refusals += read_file(dir / fmt::format("stderr-{}", i)).value_or("");
+      }
+    }
+    for (const auto& id : made)
+      EXPECT_TRUE(environment.provider().destroy(id));
+    ASSERT_EQ(made.size(), 1u) << refusals;
+    EXPECT_NE(refusals.find("a sandbox with a CPU limit of 1 does not fit"), std::string::npos)
+        << refusals;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Every sandbox mapped its users to the same host range, so the sandbox user was one host uid

@@ -1,5 +1,6 @@
 // HostIds: which sandbox id ranges the host's processes use, read from /proc at most once per
-// max_age (counted here through a scan of the test's own).
+// max_age (counted here through a scan of the test's own); and the admission tickets of
+// StateStore, by which every process counts the sandboxes being created.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,6 +51,74 @@ TEST(HostIds, ReadsTheOwnersOfTheHostsProcesses) {
   EXPECT_TRUE(std::binary_search(all.begin(), all.end(), 0u));
   for (uint32_t id : host_ids_from(kSandboxIdBase))
     EXPECT_GE(id, kSandboxIdBase);
+}
+
+// Admission tickets: what every process's admission counts of the sandboxes being created.
+class AdmissionTickets : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / fmt::format("quarry-tickets-{}", ::getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path dir_;
+};
+
+ResourceLimits limits(double cpus, uint64_t memory) {
+  return {.cpus = cpus, .memory_bytes = memory, .disk_bytes = 3, .pids = 1};
+}
+
+TEST_F(AdmissionTickets, ATicketCountsUntilItsSandboxHasARecordOrItEnds) {
+  StateStore state(dir_);
+  EXPECT_TRUE(state.admitting(std::chrono::minutes(1))->empty()) << "no directory yet";
+  auto lock = state.lock_admissions();
+  ASSERT_TRUE(lock) << lock.error().message;
+  auto first = state.add_ticket(limits(1, 100));
+  auto second = state.add_ticket(limits(0.5, 200));
+  ASSERT_TRUE(first && second);
+  auto counted = state.admitting(std::chrono::minutes(1));
+  ASSERT_TRUE(counted) << counted.error().message;
+  ASSERT_EQ(counted->size(), 2u);
+  EXPECT_EQ((*counted)[0].cpus + (*counted)[1].cpus, 1.5);
+  EXPECT_EQ((*counted)[0].memory_bytes + (*counted)[1].memory_bytes, 300u);
+
+  // Named, it still counts while its sandbox has no record; with one, the record counts.
+  const std::string id = "0123456789ab";
+  const std::string named = state.name_ticket(*first, id);
+  EXPECT_EQ(named, *first + "-" + id);
+  EXPECT_EQ(state.admitting(std::chrono::minutes(1))->size(), 2u);
+  std::filesystem::create_directories(state.sandbox_dir(id));
+  SandboxRecord record;
+  record.id = id;
+  ASSERT_TRUE(state.save(record));
+  ASSERT_EQ(state.admitting(std::chrono::minutes(1))->size(), 1u);
+  EXPECT_EQ(state.admitting(std::chrono::minutes(1))->front().memory_bytes, 200u);
+
+  state.remove_ticket(named);
+  state.remove_ticket(*second);
+  EXPECT_TRUE(state.admitting(std::chrono::minutes(1))->empty());
+}
+
+TEST_F(AdmissionTickets, ATicketOfAProcessThatIsGoneOrTooOldCountsNoMoreAndIsRemoved) {
+  StateStore state(dir_);
+  auto lock = state.lock_admissions();
+  ASSERT_TRUE(lock) << lock.error().message;
+  auto ticket = state.add_ticket(limits(1, 100));
+  ASSERT_TRUE(ticket);
+  // A pid no process has (above the kernel's pid_max).
+  std::filesystem::rename(dir_ / "admitting" / *ticket, dir_ / "admitting" / "99999999-0");
+  EXPECT_TRUE(state.admitting(std::chrono::minutes(1))->empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "admitting" / "99999999-0"));
+
+  auto old = state.add_ticket(limits(1, 100));
+  ASSERT_TRUE(old);
+  std::filesystem::last_write_time(
+      dir_ / "admitting" / *old,
+      std::filesystem::file_time_type::clock::now() - std::chrono::minutes(11));
+  EXPECT_TRUE(state.admitting(std::chrono::minutes(10))->empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "admitting" / *old));
 }
 
 }  // namespace

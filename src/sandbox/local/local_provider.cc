@@ -61,6 +61,10 @@ constexpr auto kSetupTimeout = std::chrono::seconds(10);
 // create that was cut short: its creator saves the record within a setup timeout.
 constexpr auto kAbandonedAfter = std::chrono::minutes(1);
 
+// An admission ticket counts while its create runs, which saves the record within a few setup
+// timeouts; one older than this was left by a process whose pid another has since.
+constexpr auto kTicketsLast = std::chrono::minutes(10);
+
 static_assert(kMaxFrozenLayers + 1 <= protocol::kMaxFds,
               "the setup message carries a tree for each frozen layer and the image");
 
@@ -282,41 +286,31 @@ void add(ResourceLimits& total, const ResourceLimits& limits) {
 }  // namespace
 
 struct LocalProvider::Admission {
-  LocalProvider& provider;
-  uint64_t key;
+  const StateStore& state;
+  std::string ticket;
   // The sandbox's id, once drawn: its record, when there is one, counts it from then on.
-  void name(const std::string& id) {
-    std::lock_guard lock(provider.volume_mutex_);
-    provider.admitting_.at(key).id = id;
-  }
-  ~Admission() {
-    std::lock_guard lock(provider.volume_mutex_);
-    provider.admitting_.erase(key);
-  }
+  void name(const std::string& id) { ticket = state.name_ticket(ticket, id); }
+  ~Admission() { state.remove_ticket(ticket); }
 };
 
 Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(
     const SandboxVolume& volume, const ResourceLimits& resources) {
   ASSIGN_OR_RETURN(auto host, host_capacity());
-  std::lock_guard lock(volume_mutex_);
-  // Listed under the lock, so a sandbox being created is counted once: by its record if it has
-  // one already, else as in flight.
+  // Under the lock no other admission, in this process or another, counts or adds a ticket:
+  // of two creates at once, the second counts the first.
+  ASSIGN_OR_RETURN(UniqueFd lock, state_.lock_admissions());
+  ASSIGN_OR_RETURN(auto admitting, state_.admitting(kTicketsLast));
   ASSIGN_OR_RETURN(auto records, state_.list());
   ResourceLimits committed{.cpus = 0, .memory_bytes = 0, .disk_bytes = 0, .pids = 0};
-  std::set<std::string> recorded;
-  for (const auto& record : records) {
+  for (const auto& limits : admitting)
+    add(committed, limits);
+  for (const auto& record : records)
     add(committed, record.resources);
-    recorded.insert(record.id);
-  }
-  for (const auto& [key, in_flight] : admitting_) {
-    if (!recorded.contains(in_flight.id)) add(committed, in_flight.limits);
-  }
   RETURN_IF_ERROR(admit_to_host(host, options_.overcommit, committed, resources));
   RETURN_IF_ERROR(
       volume.admit(committed.disk_bytes, resources.disk_bytes, options_.overcommit.disk));
-  const uint64_t key = next_admission_++;
-  admitting_[key] = {resources, ""};
-  return std::unique_ptr<Admission>(new Admission{*this, key});
+  ASSIGN_OR_RETURN(auto ticket, state_.add_ticket(resources));
+  return std::unique_ptr<Admission>(new Admission{state_, std::move(ticket)});
 }
 
 Result<Runtime> LocalProvider::runtime() {

@@ -156,8 +156,8 @@ class LocalProvider final : public SandboxProvider {
                           bool as_root = false);
   // Admits a new sandbox's limits against the host (memory and CPU, admit_to_host) and the
   // volume (disk, SandboxVolume::admit), counting every recorded sandbox and those being
-  // created. The returned guard keeps the limits counted while the sandbox is created; once
-  // it has a record those count instead (never both).
+  // created, in any process (StateStore::admitting). The returned guard keeps the limits
+  // counted while the sandbox is created; once it has a record that counts instead.
   Result<std::unique_ptr<Admission>> admit(const SandboxVolume& volume,
                                            const ResourceLimits& resources);
 
@@ -170,14 +170,6 @@ class LocalProvider final : public SandboxProvider {
   std::unique_ptr<CgroupDriver> cgroups_;
   std::mutex volume_mutex_;
   std::optional<SandboxVolume> volume_;
-  // Sandboxes being created in this process, counted by admission as if they were recorded
-  // until their record exists (guarded by volume_mutex_): their limits, and their id once known.
-  struct InFlight {
-    ResourceLimits limits;
-    std::string id;
-  };
-  std::map<uint64_t, InFlight> admitting_;
-  uint64_t next_admission_ = 0;
   std::atomic<uint64_t> exec_counter_{0};
 };
 

@@ -2,10 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <nlohmann/json.hpp>
 
@@ -92,7 +95,9 @@ bool valid_sandbox_id(std::string_view id) {
 }
 
 StateStore::StateStore(std::filesystem::path state_dir)
-    : state_dir_(std::move(state_dir)), sandboxes_dir_(state_dir_ / "sandboxes") {}
+    : state_dir_(std::move(state_dir)),
+      sandboxes_dir_(state_dir_ / "sandboxes"),
+      admitting_dir_(state_dir_ / "admitting") {}
 
 std::filesystem::path StateStore::sandbox_dir(std::string_view id) const {
   return sandboxes_dir_ / id;
@@ -203,6 +208,78 @@ Result<uint32_t> StateStore::claim_id_range(std::string_view id) const {
   return make_error(ErrorCode::kResourceExhausted,
                     "no free host id range for a sandbox after 64 tries (see {})",
                     (state_dir_ / "id-ranges").string());
+}
+
+Result<UniqueFd> StateStore::lock_admissions() const {
+  RETURN_IF_ERROR(make_directories(admitting_dir_, 0700));
+  const auto path = admitting_dir_ / ".lock";
+  UniqueFd lock(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock) return errno_error("open '{}'", path.string());
+  while (::flock(lock.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) return errno_error("flock '{}'", path.string());
+  }
+  return lock;
+}
+
+Result<std::vector<ResourceLimits>> StateStore::admitting(std::chrono::seconds max_age) const {
+  std::vector<ResourceLimits> tickets;
+  const auto now = std::filesystem::file_time_type::clock::now();
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(admitting_dir_, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(".")) continue;
+    // <pid>-<n>[-<id>]
+    const pid_t pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+    const size_t dash = name.rfind('-');
+    const std::string id = dash == std::string::npos ? "" : name.substr(dash + 1);
+    std::error_code unreadable;
+    const auto changed = std::filesystem::last_write_time(entry.path(), unreadable);
+    if (unreadable) continue;  // its create has ended
+    if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH) || now - changed > max_age) {
+      ::unlink(entry.path().c_str());
+      continue;
+    }
+    if (valid_sandbox_id(id) && std::filesystem::exists(sandbox_dir(id) / kRecordFile)) continue;
+    auto text = read_file(entry.path());
+    if (!text) continue;
+    auto json = nlohmann::json::parse(*text, nullptr, false);
+    try {
+      ResourceLimits limits;
+      json.at("cpus").get_to(limits.cpus);
+      json.at("memory_bytes").get_to(limits.memory_bytes);
+      json.at("disk_bytes").get_to(limits.disk_bytes);
+      tickets.push_back(limits);
+    } catch (const nlohmann::json::exception&) {
+      ::unlink(entry.path().c_str());  // not one quarry wrote (each is written whole)
+    }
+  }
+  if (error && error != std::errc::no_such_file_or_directory) {
+    return make_error(ErrorCode::kInternal, "listing '{}' failed: {}", admitting_dir_.string(),
+                      error.message());
+  }
+  return tickets;
+}
+
+Result<std::string> StateStore::add_ticket(const ResourceLimits& limits) const {
+  static std::atomic<uint64_t> counter{0};
+  const std::string name = fmt::format("{}-{}", ::getpid(), counter++);
+  const nlohmann::json json = {{"cpus", limits.cpus},
+                               {"memory_bytes", limits.memory_bytes},
+                               {"disk_bytes", limits.disk_bytes}};
+  RETURN_IF_ERROR(write_file_atomic(admitting_dir_ / name, json.dump() + "\n", 0600));
+  return name;
+}
+
+std::string StateStore::name_ticket(const std::string& ticket, std::string_view id) const {
+  std::string named = fmt::format("{}-{}", ticket, id);
+  if (::rename((admitting_dir_ / ticket).c_str(), (admitting_dir_ / named).c_str()) != 0) {
+    return ticket;  // counted by both until the create ends: too much, never too little
+  }
+  return named;
+}
+
+void StateStore::remove_ticket(const std::string& ticket) const {
+  if (!ticket.empty()) ::unlink((admitting_dir_ / ticket).c_str());
 }
 
 std::vector<uint32_t> host_ids_from(uint32_t lowest) {

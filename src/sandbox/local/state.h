@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
 #include "sandbox/provider.h"
 
 namespace quarry::sandbox::local {
@@ -71,9 +72,25 @@ class StateStore {
   // Gives the range back (missing is fine).
   void release_id_range(uint32_t base) const;
 
+  // Admission in every process: a sandbox being created counts by a ticket until its record
+  // is saved, a file <state>/admitting/<pid>-<n> with its limits, renamed to <pid>-<n>-<id>
+  // once it has an id. Counting the tickets and adding one hold <state>/admitting/.lock.
+  Result<UniqueFd> lock_admissions() const;
+  // The limits of the sandboxes being created that have no record yet: the tickets, each read
+  // before the record it names is looked for, so a sandbox whose record is being saved is
+  // counted once or twice, never not at all. A ticket whose process is gone, or older than
+  // `max_age`, is removed instead. Under lock_admissions.
+  Result<std::vector<ResourceLimits>> admitting(std::chrono::seconds max_age) const;
+  // A ticket for `limits` (under lock_admissions); its name.
+  Result<std::string> add_ticket(const ResourceLimits& limits) const;
+  // The ticket renamed to name the sandbox's id: its new name (its old one if that failed).
+  std::string name_ticket(const std::string& ticket, std::string_view id) const;
+  void remove_ticket(const std::string& ticket) const;
+
  private:
   std::filesystem::path state_dir_;
   std::filesystem::path sandboxes_dir_;
+  std::filesystem::path admitting_dir_;
 };
 
 // The effective uids from `lowest` up that the host's processes run with: the owner of each
