@@ -4,6 +4,7 @@
 #include <set>
 
 #include "agent/guidance.h"
+#include "common/text.h"
 #include "data/sandbox_export.h"
 
 namespace quarry::agent {
@@ -114,16 +115,9 @@ std::vector<Message> answer_every_call(const std::vector<Message>& messages,
 
 // A conversation's title from the first words of its first question.
 std::string title_from(std::string_view text) {
-  std::string title(text.substr(0, text.find('\n')));
-  if (title.size() > 80) {
-    title.resize(77);
-    while (!title.empty() && (static_cast<unsigned char>(title.back()) & 0xC0) == 0x80) {
-      title.pop_back();  // not inside a UTF-8 character
-    }
-    if (!title.empty()) title.pop_back();
-    title += "...";
-  }
-  return title;
+  const std::string_view line = text.substr(0, text.find('\n'));
+  if (line.size() <= 80) return std::string(line);
+  return fmt::format("{}...", utf8_head(line, 76));
 }
 
 nlohmann::json tool_details(const ToolCall& call, const ToolResult& result) {

@@ -1,5 +1,7 @@
 #include "agent/openai_protocol.h"
 
+#include "common/text.h"
+
 namespace quarry::agent {
 namespace {
 
@@ -19,11 +21,7 @@ std::string shorten(std::string_view text, size_t limit) {
     text.remove_prefix(1);
   }
   if (text.size() <= limit) return std::string(text);
-  // Cut at a UTF-8 character boundary.
-  size_t cut = limit;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
-    --cut;
-  return fmt::format("{}...", text.substr(0, cut));
+  return fmt::format("{}...", utf8_head(text, limit));
 }
 
 Result<std::string> content_text(const json& content) {

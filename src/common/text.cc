@@ -32,6 +32,30 @@ std::string shell_quote(std::string_view word) {
   return out + "'";
 }
 
+namespace {
+
+bool continues_a_character(char c) {
+  return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+}
+
+}  // namespace
+
+std::string_view utf8_head(std::string_view text, size_t bytes) {
+  if (text.size() <= bytes) return text;
+  size_t cut = bytes;
+  while (cut > 0 && continues_a_character(text[cut]))
+    --cut;
+  return text.substr(0, cut);
+}
+
+std::string_view utf8_tail(std::string_view text, size_t bytes) {
+  if (text.size() <= bytes) return text;
+  size_t start = text.size() - bytes;
+  while (start < text.size() && continues_a_character(text[start]))
+    ++start;
+  return text.substr(start);
+}
+
 std::string_view trim_blanks(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t'))
     text.remove_prefix(1);

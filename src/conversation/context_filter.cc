@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "common/text.h"
+
 namespace quarry::conversation {
 namespace {
 
@@ -36,11 +38,10 @@ void cut_arguments(nlohmann::json& tool_calls, size_t limit) {
 
 std::string cut_middle(std::string_view text, size_t limit) {
   if (text.size() <= limit) return std::string(text);
-  const size_t head = limit * 3 / 5;
-  const size_t tail = limit - head;
+  const std::string_view head = utf8_head(text, limit * 3 / 5);
+  const std::string_view tail = utf8_tail(text, limit - limit * 3 / 5);
   return fmt::format("{}\n[... {} characters cut; the full text is kept in the history ...]\n{}",
-                     text.substr(0, head), text.size() - head - tail,
-                     text.substr(text.size() - tail));
+                     head, text.size() - head.size() - tail.size(), tail);
 }
 
 std::vector<Message> filter_context(const std::vector<Message>& history,

@@ -65,6 +65,33 @@ TEST(ContextFilter, CutsLongArgumentsOfOlderToolCallsKeepingThemJson) {
   EXPECT_NE(arguments["content"].get<std::string>().find("characters cut"), std::string::npos);
 }
 
+// Cut by bytes, the middle of a long value could split a character ("é" is two bytes): its
+// JSON then could not be written, and every later turn of the conversation failed.
+TEST(ContextFilter, CutsBetweenCharactersNotInsideOne) {
+  Message call = message(1, Role::kAssistant, "");
+  std::string code;
+  while (code.size() < 10000)
+    code += "x = 'température'  # é\n";
+  for (const size_t limit : {2000, 2001, 2002, 2003}) {
+    SCOPED_TRACE(limit);
+    call.tool_calls =
+        nlohmann::json::array({{{"id", "c1"},
+                                {"name", "run_python"},
+                                {"arguments", nlohmann::json({{"code", code}}).dump()}}});
+    std::vector<Message> history = {call, message(5, Role::kUser, "now")};
+    std::vector<Message> visible;
+    ASSERT_NO_THROW(visible =
+                        filter_context(history, {.old_argument_chars = limit, .recent_turns = 2}));
+    auto arguments =
+        nlohmann::json::parse(visible[0].tool_calls[0]["arguments"].get<std::string>());
+    EXPECT_NE(arguments["code"].get<std::string>().find("characters cut"), std::string::npos);
+  }
+  for (size_t limit = 10; limit < 20; ++limit) {
+    const std::string cut = cut_middle("éééééééééééééééééééééééé", limit);
+    EXPECT_NO_THROW((void)nlohmann::json(cut).dump()) << cut;
+  }
+}
+
 TEST(ContextFilter, DropsOldestTurnsWholeWhenOverBudget) {
   std::vector<Message> history;
   for (int turn = 1; turn <= 5; ++turn) {
