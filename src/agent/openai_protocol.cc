@@ -39,6 +39,17 @@ Result<std::string> content_text(const json& content) {
                     content.type_name());
 }
 
+// A call's arguments as they are sent back with the history: servers that read them (vLLM
+// parses every replayed call's) refuse a request whose arguments are not a JSON object, so
+// what the model sent that is not one goes back inside one, as the model was told it was
+// ("not valid JSON"); no arguments are an empty object, as the tools read them.
+std::string replayed_arguments(const std::string& arguments) {
+  if (arguments.empty()) return "{}";
+  if (json::parse(arguments, nullptr, false).is_object()) return arguments;
+  return json{{"invalid_arguments", arguments}}.dump(-1, ' ', false,
+                                                     json::error_handler_t::replace);
+}
+
 }  // namespace
 
 json to_json(const ChatMessage& message) {
@@ -47,9 +58,10 @@ json to_json(const ChatMessage& message) {
     out["content"] = message.content.empty() ? json(nullptr) : json(message.content);
     json calls = json::array();
     for (const auto& call : message.tool_calls) {
-      calls.push_back({{"id", call.id},
-                       {"type", "function"},
-                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      calls.push_back(
+          {{"id", call.id},
+           {"type", "function"},
+           {"function", {{"name", call.name}, {"arguments", replayed_arguments(call.arguments)}}}});
     }
     out["tool_calls"] = std::move(calls);
   } else {

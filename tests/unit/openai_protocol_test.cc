@@ -55,7 +55,15 @@ TEST(OpenAiProtocol, MessagesRoundTrip) {
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(back->content, "Let me look.");
   ASSERT_EQ(back->tool_calls.size(), 1u);
-  EXPECT_EQ(back->tool_calls[0].arguments, "{bad json");
+  // Arguments that are no JSON object go back inside one: vLLM refuses a request otherwise.
+  EXPECT_EQ(back->tool_calls[0].arguments, R"({"invalid_arguments":"{bad json"})");
+  for (const auto& [sent, replayed] : {std::pair<std::string, std::string>{"", "{}"},
+                                       {R"({"code": "1 + 1"})", R"({"code": "1 + 1"})"},
+                                       {"[1, 2]", R"({"invalid_arguments":"[1, 2]"})"},
+                                       {"\"text\"", R"({"invalid_arguments":"\"text\""})"}}) {
+    message.tool_calls[0].arguments = sent;
+    EXPECT_EQ(to_json(message)["tool_calls"][0]["function"]["arguments"], replayed) << sent;
+  }
 
   auto parts = message_from_json({{"role", "user"},
                                   {"content",
