@@ -1,5 +1,6 @@
 #include "agent/openai_protocol.h"
 
+#include "common/random_id.h"
 #include "common/text.h"
 
 namespace quarry::agent {
@@ -176,7 +177,9 @@ Result<ChatResponse> chat_response_from_json(const json& body) {
 void name_unnamed_tool_calls(ChatMessage& message) {
   for (size_t i = 0; i < message.tool_calls.size(); ++i) {
     auto& call = message.tool_calls[i];
-    if (call.id.empty()) call.id = fmt::format("call_{}", i);
+    // Unique in the conversation, not only in the message: a step's artifacts are kept by
+    // its call's id, and every step's first call would otherwise be call_0.
+    if (call.id.empty()) call.id = fmt::format("call_{}_{}", random_id(), i);
   }
 }
 

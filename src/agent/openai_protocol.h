@@ -35,8 +35,8 @@ Usage usage_from_json(const nlohmann::json& usage);
 // ignored "stream": true). Tool calls without an id are named (name_unnamed_tool_calls).
 Result<ChatResponse> chat_response_from_json(const nlohmann::json& json);
 
-// Gives a tool call the server sent without an id (some local servers do) the id "call_<i>",
-// so its result can refer to it.
+// Gives a tool call the server sent without an id (some local servers do) an id of its own,
+// "call_<random>_<i>", so its result can refer to it.
 void name_unnamed_tool_calls(ChatMessage& message);
 
 // The human part of an error body: {"error": {"message": ...}} (OpenAI, vLLM, llama.cpp),

@@ -81,8 +81,16 @@ TEST(StreamAssembler, GivesIdsToCallsThatHaveNoneAndCopesWithoutIndex) {
       chunk({{"tool_calls", {{{"function", {{"arguments", "de\": \"x\"}"}}}}}}}), nullptr));
   auto response = assembler.take();
   ASSERT_EQ(response.message.tool_calls.size(), 1u);
-  EXPECT_EQ(response.message.tool_calls[0].id, "call_0");
+  const std::string id = response.message.tool_calls[0].id;
+  EXPECT_TRUE(id.starts_with("call_") && id.ends_with("_0")) << id;
   EXPECT_EQ(response.message.tool_calls[0].arguments, "{\"code\": \"x\"}");
+
+  // The next step's first call has an id of its own: a step's artifacts are kept by it.
+  StreamAssembler next;
+  ASSERT_TRUE(next.add(chunk({{"tool_calls", {{{"function", {{"name", "execute"}}}}}}}), nullptr));
+  const std::string next_id = next.take().message.tool_calls.at(0).id;
+  EXPECT_TRUE(next_id.ends_with("_0")) << next_id;
+  EXPECT_NE(next_id, id);
 }
 
 TEST(StreamAssembler, KeepsArgumentsThatAreNotJson) {
