@@ -440,7 +440,7 @@ ApiResult<ApiReply> Api::create_session(const ApiRequest& request) {
   if (!token) return std::unexpected(token.error());
   auto user = services_.auth.sign_in(*token);
   if (!user) return std::unexpected(user.error());
-  auto [id, session] = services_.sessions.create(*user);
+  auto [id, session] = services_.sessions.create(*user, *token);
   JsonReply reply = json({{"user", session.user},
                           {"method", "cookie"},
                           {"csrf_token", session.csrf_token},

@@ -142,16 +142,16 @@ std::optional<std::string> TokenStore::user_for(std::string_view token) {
   return found->second;
 }
 
-bool TokenStore::has_user(std::string_view user) {
+bool TokenStore::holds(std::string_view token_sha256, std::string_view user) {
   std::lock_guard lock(mutex_);
   reload_if_changed();
-  return std::any_of(user_by_hash_.begin(), user_by_hash_.end(),
-                     [&](const auto& entry) { return entry.second == user; });
+  auto found = user_by_hash_.find(token_sha256);
+  return found != user_by_hash_.end() && found->second == user;
 }
 
-std::pair<std::string, Session> Sessions::create(const std::string& user) {
+std::pair<std::string, Session> Sessions::create(const std::string& user, std::string_view token) {
   std::string id = random_secret();
-  Session session{user, random_secret(), clock_.now() + lifetime_};
+  Session session{user, sha256_hex(token), random_secret(), clock_.now() + lifetime_};
   std::lock_guard lock(mutex_);
   // Expired sessions go when another is made, so the map stays as small as its live sessions.
   std::erase_if(by_hash_,
@@ -220,8 +220,9 @@ ApiResult<Identity> Authenticator::authenticate(const Credentials& credentials) 
   }
   if (auto id = cookie_value(credentials.cookie, kSessionCookie); id && !id->empty()) {
     auto session = sessions_.find(*id);
-    // A session ends when it expires, and when its user's token is removed.
-    if (session && tokens_->has_user(session->user)) {
+    // A session ends when it expires, and when the token it was signed in with is removed
+    // (a new token for the same user, as after a leak, does not keep it going).
+    if (session && tokens_->holds(session->token_sha256, session->user)) {
       return Identity{session->user, AuthMethod::kCookie, std::string(*id), session->csrf_token};
     }
     return api_error(401, "unauthorized",

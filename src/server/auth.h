@@ -56,7 +56,8 @@ class TokenStore {
   explicit TokenStore(std::filesystem::path path) : path_(std::move(path)) {}
   // The user a token belongs to, if it is valid now.
   std::optional<std::string> user_for(std::string_view token);
-  bool has_user(std::string_view user);
+  // Whether the token whose SHA-256 is `token_sha256` is still `user`'s.
+  bool holds(std::string_view token_sha256, std::string_view user);
 
  private:
   void reload_if_changed();
@@ -69,6 +70,7 @@ class TokenStore {
 
 struct Session {
   std::string user;
+  std::string token_sha256;  // of the token signed in with: the session ends with it
   std::string csrf_token;
   Clock::time_point expires_at;
 };
@@ -78,8 +80,9 @@ class Sessions {
  public:
   Sessions(const Clock& clock, std::chrono::milliseconds lifetime)
       : clock_(clock), lifetime_(lifetime) {}
-  // A new session for `user`: its id (the cookie's value) and the session.
-  std::pair<std::string, Session> create(const std::string& user);
+  // A new session for `user`, signed in with `token`: its id (the cookie's value) and the
+  // session.
+  std::pair<std::string, Session> create(const std::string& user, std::string_view token);
   std::optional<Session> find(std::string_view id);
   void remove(std::string_view id);
   std::chrono::milliseconds lifetime() const { return lifetime_; }

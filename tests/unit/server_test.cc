@@ -170,7 +170,7 @@ TEST_F(TokensTest, TheFileKeepsOnlyHashesAndRemovingATokenEndsItsSessions) {
   Authenticator auth(std::make_unique<TokenStore>(path_), sessions);
   EXPECT_EQ(auth.authenticate({"Bearer " + *alice, ""})->user, "alice");
   EXPECT_EQ(auth.authenticate({"Bearer qry_nope", ""}).error().status, 401);
-  auto [id, session] = sessions.create("bob");
+  auto [id, session] = sessions.create("bob", *bob);
   auto cookie = "quarry_session=" + id;
   auto by_cookie = auth.authenticate({"", cookie});
   ASSERT_TRUE(by_cookie);
@@ -195,8 +195,21 @@ TEST_F(TokensTest, TheFileKeepsOnlyHashesAndRemovingATokenEndsItsSessions) {
   EXPECT_EQ(auth.authenticate({"Bearer " + *alice, ""})->user, "alice");
   EXPECT_EQ(token_file::remove(path_, "bob").error().code, ErrorCode::kNotFound);
 
+  // A token rotated after a leak: the session signed in with the old one ends, though its
+  // user has a token again.
+  auto [alice_id, alice_session] = sessions.create("alice", *alice);
+  const auto alice_cookie = "quarry_session=" + alice_id;
+  EXPECT_EQ(auth.authenticate({"", alice_cookie})->user, "alice");
+  ASSERT_TRUE(token_file::remove(path_, "alice"));
+  auto rotated = token_file::create(path_, "alice", clock_);
+  ASSERT_TRUE(rotated);
+  std::filesystem::last_write_time(
+      path_, std::filesystem::last_write_time(path_) + std::chrono::seconds(2));
+  EXPECT_EQ(auth.authenticate({"", alice_cookie}).error().status, 401);
+  EXPECT_EQ(auth.authenticate({"Bearer " + *rotated, ""})->user, "alice");
+
   // Sessions end when they expire.
-  auto [later, kept] = sessions.create("alice");
+  auto [later, kept] = sessions.create("alice", *rotated);
   clock_.advance(std::chrono::minutes(61));
   EXPECT_FALSE(sessions.find(later));
 }
