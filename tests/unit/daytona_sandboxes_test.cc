@@ -3,6 +3,8 @@
 // sandboxes, by Daytona's intervals (minutes).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "counting_provider.h"
 #include "server/daytona/sandboxes.h"
 
@@ -89,6 +91,21 @@ TEST_F(DaytonaSandboxes, AutoStopStopsAnIdleSandboxAndAutoDeleteCountsFromTheSto
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(destroyed, expected);
   sandboxes_.release(busy.id);
+}
+
+// minutes(2^31) in the clock's nanoseconds overflowed: a sandbox asked to last "for ever" this
+// way was stopped and deleted by the next pass.
+TEST_F(DaytonaSandboxes, TheLongestIntervalsKeepASandboxAsLongAsTheySay) {
+  const auto now = std::chrono::system_clock::now();
+  const Record lasting = make(2147483647, 2147483647);
+  const Record longest = make(std::numeric_limits<int64_t>::max(), -1);
+  sandboxes_.reap(now + 24h);
+  EXPECT_EQ(state_of(lasting), State::kStarted);
+  EXPECT_EQ(state_of(longest), State::kStarted);
+  ASSERT_TRUE(sandboxes_.stop("alice", lasting.id));
+  sandboxes_.reap(now + 24h * 365);
+  EXPECT_EQ(state_of(lasting), State::kStopped);
+  EXPECT_TRUE(provider_.destroyed().empty());
 }
 
 TEST_F(DaytonaSandboxes, StopWithAutoDeleteZeroDeletes) {

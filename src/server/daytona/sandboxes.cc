@@ -209,6 +209,17 @@ void Sandboxes::reap_loop(std::chrono::milliseconds interval) {
   }
 }
 
+namespace {
+
+// Whether `minutes` have passed from `since` to `now`, for any interval a client may set:
+// counted in minutes, as minutes(2^31) in the clock's nanoseconds would overflow.
+bool minutes_passed(std::chrono::system_clock::time_point since,
+                    std::chrono::system_clock::time_point now, int64_t minutes) {
+  return std::chrono::duration_cast<std::chrono::minutes>(now - since).count() >= minutes;
+}
+
+}  // namespace
+
 void Sandboxes::reap(std::chrono::system_clock::time_point now) {
   std::vector<Record> stopped, expired;
   {
@@ -217,7 +228,7 @@ void Sandboxes::reap(std::chrono::system_clock::time_point now) {
       Record& record = it->second;
       const bool idle = record.state == State::kStarted && record.auto_stop > 0 &&
                         record.in_use == 0 &&
-                        now - record.last_activity >= std::chrono::minutes(record.auto_stop);
+                        minutes_passed(record.last_activity, now, record.auto_stop);
       if (idle) {
         record.state = State::kStopped;
         record.stopped_at = record.updated_at = now;
@@ -228,7 +239,7 @@ void Sandboxes::reap(std::chrono::system_clock::time_point now) {
         if (record.auto_delete != 0) stopped.push_back(record);
       }
       if (record.state == State::kStopped && record.auto_delete >= 0 &&
-          now - record.stopped_at >= std::chrono::minutes(record.auto_delete)) {
+          minutes_passed(record.stopped_at, now, record.auto_delete)) {
         expired.push_back(record);
         it = records_.erase(it);
       } else {
