@@ -501,14 +501,15 @@ ApiResult<ApiReply> DaytonaApi::create(const ApiRequest& request) {
   for (int index : {1, 2}) {
     if (!resources[index]) continue;
     const uint64_t limit = index == 1 ? most.memory_bytes : most.disk_bytes;
-    const uint64_t asked = static_cast<uint64_t>(std::max<int64_t>(*resources[index], 0)) * kGiB;
-    if (*resources[index] < 1 || asked > limit) {
+    // Compared in GiB first: a count of GiB times 2^30 can wrap.
+    if (*resources[index] < 1 || static_cast<uint64_t>(*resources[index]) > limit / kGiB) {
       return refuse(400, fmt::format("{} must be from 1 to {} GiB, the most a sandbox may have "
                                      "here (sandbox.resources.{} is {})",
                                      resource_names[index], limit / kGiB, resource_names[index],
                                      format_size(limit)));
     }
-    (index == 1 ? draft.resources.memory_bytes : draft.resources.disk_bytes) = asked;
+    (index == 1 ? draft.resources.memory_bytes : draft.resources.disk_bytes) =
+        static_cast<uint64_t>(*resources[index]) * kGiB;
   }
 
   // Network: the server's, or less of it.

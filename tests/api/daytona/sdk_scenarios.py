@@ -204,6 +204,10 @@ def refusals() -> None:
     raises("more memory than a sandbox may have", DaytonaValidationError,
            lambda: daytona.create(CreateSandboxFromImageParams(
                image="quarry", resources=Resources(memory=64))), "the most a sandbox may have")
+    # 2^34 GiB is 2^64 bytes: it wrapped to 0 and passed the check.
+    raises("so much memory its bytes wrap", DaytonaValidationError,
+           lambda: daytona.create(CreateSandboxFromImageParams(
+               image="quarry", resources=Resources(memory=2**34))), "the most a sandbox may have")
     raises("an unknown snapshot", DaytonaValidationError,
            lambda: daytona.create(CreateSandboxFromSnapshotParams(snapshot="nope")),
            "Snapshot nope not found")
