@@ -1,6 +1,5 @@
 #include "agent/agent.h"
 
-#include <regex>
 #include <set>
 
 #include "agent/guidance.h"
@@ -35,24 +34,6 @@ ChatMessage to_chat(const Message& message) {
     }
   }
   return chat;
-}
-
-// Paths under the output directory that a text names, e.g. "outputs/chart.html" or
-// "/home/sandbox/outputs/chart.html" -> "chart.html".
-std::set<std::string> named_outputs(std::string_view text, const std::string& output_dir) {
-  const std::string base = std::filesystem::path(output_dir).filename().string();
-  const std::regex pattern(
-      "(?:" + std::regex_replace(output_dir, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
-      "/|(?:^|[^/A-Za-z0-9_.-])" + base + "/)([A-Za-z0-9_.\\-/]+\\.[A-Za-z0-9]+)");
-  std::set<std::string> names;
-  std::string subject(text);
-  for (std::sregex_iterator it(subject.begin(), subject.end(), pattern), end; it != end; ++it) {
-    std::string name = (*it)[1];
-    while (!name.empty() && name.back() == '.')
-      name.pop_back();  // end of a sentence
-    if (!name.empty()) names.insert(name);
-  }
-  return names;
 }
 
 AgentEvent event(AgentEvent::Kind kind, int step, std::string text = {}) {
@@ -146,6 +127,61 @@ void finish(conversation::Turn& turn, const Error* error, int step, const AgentE
 }
 
 }  // namespace
+
+namespace {
+
+bool ascii_alnum(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+bool path_character(char c) {
+  return ascii_alnum(c) || c == '_' || c == '.' || c == '-' || c == '/';
+}
+
+}  // namespace
+
+std::set<std::string> named_outputs(std::string_view text, const std::string& output_dir) {
+  // Scanned by hand: a std::regex matches by recursion, a level a character, and an answer
+  // naming a path of 50,000 characters overflowed the stack of the whole server.
+  const std::string full = output_dir + "/";
+  const std::string base = std::filesystem::path(output_dir).filename().string() + "/";
+  std::set<std::string> names;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const std::string_view rest = text.substr(pos);
+    size_t start = std::string_view::npos;
+    if (rest.starts_with(full)) {
+      start = pos + full.size();
+    } else if (rest.starts_with(base) && (pos == 0 || !path_character(text[pos - 1]))) {
+      start = pos + base.size();
+    }
+    if (start == std::string_view::npos) {
+      ++pos;
+      continue;
+    }
+    size_t end = start;
+    while (end < text.size() && path_character(text[end]))
+      ++end;
+    // The longest part of the path that ends in ".extension": through the letters and digits
+    // after its last '.' that has any ("chart.png." at the end of a sentence: "chart.png").
+    size_t name_end = 0;
+    for (size_t dot = end; dot-- > start + 1;) {
+      if (text[dot] == '.' && dot + 1 < end && ascii_alnum(text[dot + 1])) {
+        name_end = dot + 1;
+        while (name_end < end && ascii_alnum(text[name_end]))
+          ++name_end;
+        break;
+      }
+    }
+    if (name_end == 0) {
+      pos = end;  // no later start in this run can end in an extension either
+      continue;
+    }
+    names.insert(std::string(text.substr(start, name_end - start)));
+    pos = name_end;
+  }
+  return names;
+}
 
 AgentOptions agent_options(const Config& config) {
   AgentOptions options;

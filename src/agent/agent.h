@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "agent/model_client.h"
@@ -43,6 +44,10 @@ struct AgentOptions {
 
 // The options `config` gives: model.max_steps, the context budget, the output directory.
 AgentOptions agent_options(const Config& config);
+
+// The files under `output_dir` that a text names, as paths below it: "outputs/chart.png" or
+// "/home/sandbox/outputs/plots/a.svg" -> "chart.png", "plots/a.svg" (the answer check).
+std::set<std::string> named_outputs(std::string_view text, const std::string& output_dir);
 
 // A step the user runs without the model, recorded like one of its tool steps.
 struct Cell {

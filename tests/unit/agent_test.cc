@@ -2,6 +2,7 @@
 // classification, artifact types, the guidance prompt.
 #include <gtest/gtest.h>
 
+#include "agent/agent.h"
 #include "agent/artifacts.h"
 #include "agent/failure.h"
 #include "agent/guidance.h"
@@ -55,6 +56,24 @@ sandbox::ExecResult failed_run(int exit_code, std::string stderr_text) {
   result.exit_code = exit_code;
   result.stderr_text = std::move(stderr_text);
   return result;
+}
+
+TEST(NamedOutputs, FindsThePathsAnAnswerNamesUnderTheOutputDirectory) {
+  const std::string dir = "/home/sandbox/outputs";
+  EXPECT_EQ(named_outputs("See outputs/chart.png and /home/sandbox/outputs/plots/a.svg.", dir),
+            (std::set<std::string>{"chart.png", "plots/a.svg"}));
+  EXPECT_EQ(named_outputs("outputs/report.v2.csv, (outputs/x.html)", dir),
+            (std::set<std::string>{"report.v2.csv", "x.html"}));
+  // Not under it, or no extension.
+  EXPECT_TRUE(
+      named_outputs("my_outputs/a.png data/outputs/b.png outputs/notes outputs/.", dir).empty());
+  EXPECT_EQ(named_outputs("outputs/a.png-draft", dir), (std::set<std::string>{"a.png"}));
+  // A std::regex recursed once a character: this overflowed the stack of the server.
+  const std::string long_path = "outputs/" + std::string(200000, 'a') + ".png";
+  EXPECT_EQ(named_outputs(long_path, dir),
+            (std::set<std::string>{std::string(200000, 'a') + ".png"}));
+  EXPECT_TRUE(
+      named_outputs(std::string(100000, '/') + "outputs/" + std::string(100000, 'b'), dir).empty());
 }
 
 TEST(FailureClassification, TellsCodeFromEnvironment) {
