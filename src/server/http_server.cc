@@ -70,10 +70,10 @@ net::awaitable<Sent> write_json(beast::tcp_stream& stream, int status, const nlo
 net::awaitable<Sent> write_error(beast::tcp_stream& stream, const ApiError& failure,
                                  bool keep_alive, const Headers& headers,
                                  std::chrono::seconds timeout, std::string_view method = {},
-                                 std::string_view path = {}) {
+                                 std::string_view path = {}, bool head = false) {
   const nlohmann::json body =
       daytona::is_daytona_path(path) ? daytona::error_body(failure, method, path) : failure.body();
-  co_return co_await write_json(stream, failure.status, body, headers, keep_alive, timeout);
+  co_return co_await write_json(stream, failure.status, body, headers, keep_alive, timeout, head);
 }
 
 net::awaitable<Sent> write_bytes(beast::tcp_stream& stream, const BytesReply& reply,
@@ -368,7 +368,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
       }
       if (prepared.error().status == 405) headers.emplace_back("Allow", allow);
       sent = co_await write_error(stream, prepared.error(), keep_alive, headers, timeout, method,
-                                  path);
+                                  path, head);
     } else {
       ApiReply reply;
       if (daytona) {
@@ -417,7 +417,8 @@ net::awaitable<Sent> HttpServer::send_file(beast::tcp_stream& stream, const File
   if (error) {
     const ApiError unreadable{404, "not_found", "the file cannot be read"};
     const Headers none;
-    co_return co_await write_error(stream, unreadable, keep_alive, none, options_.write_timeout);
+    co_return co_await write_error(stream, unreadable, keep_alive, none, options_.write_timeout, {},
+                                   {}, head);
   }
   response.set(http::field::content_type, file.content_type);
   for (const auto& [name, value] : file.headers)

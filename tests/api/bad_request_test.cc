@@ -156,6 +156,17 @@ TEST(BadRequests, EachGetsAClearErrorAndNothingStoredChanges) {
   EXPECT_TRUE(garbage.starts_with("HTTP/1.1 400 Bad Request\r\n")) << garbage;
   EXPECT_NE(garbage.find("\"bad_request\""), std::string::npos);
 
+  // HEAD is answered with headers only, refusals too: on a kept connection a body would be
+  // taken for the start of the next response.
+  auto heads = raw_exchange(server.url(),
+                            "HEAD /api/v1/nothing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                            "HEAD /api/v1/conversations HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "Connection: close\r\n\r\n");
+  EXPECT_TRUE(heads.starts_with("HTTP/1.1 4")) << heads;
+  EXPECT_NE(heads.find("\r\n\r\nHTTP/1.1 200 "), std::string::npos) << heads;
+  EXPECT_TRUE(heads.ends_with("\r\n\r\n")) << heads;
+  EXPECT_EQ(heads.find('{'), std::string::npos) << heads;
+
   // Everything is as it was.
   EXPECT_EQ(api.get("/api/v1/conversations").json, before_list);
   EXPECT_EQ(api.get("/api/v1/conversations/" + id).json, before);
