@@ -20,8 +20,9 @@ constexpr auto kStartTimeout = std::chrono::seconds(30);
 // the kernel is killed.
 constexpr auto kInterruptGrace = std::chrono::seconds(5);
 
+// A script read from the sandbox may be any bytes: what is no UTF-8 goes as U+FFFD.
 std::string frame(const nlohmann::json& message) {
-  return message.dump();
+  return message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string held(const std::vector<std::string>& names) {

@@ -41,7 +41,9 @@ write_lock = threading.Lock()
 
 
 def send(message):
-    body = json.dumps(message).encode()
+    # Text from the code (an error's message, a name) may hold lone surrogates, which are no
+    # UTF-8: they go as '?' rather than as escapes the host cannot read.
+    body = json.dumps(message, ensure_ascii=False).encode("utf-8", errors="replace")
     with write_lock:
         os.write(CHANNEL, struct.pack("<I", len(body)) + body)
 
@@ -77,7 +79,13 @@ def describe(value):
     name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
     if isinstance(value, types.ModuleType):
         return "module"
-    shape = getattr(value, "shape", None)
+    # A DuckDB relation's shape runs its query again: not after every step.
+    if kind.__module__.split(".")[0] == "duckdb":
+        return name
+    try:
+        shape = getattr(value, "shape", None)
+    except Exception:  # the code's own property, which may fail (a closed connection)
+        shape = None
     if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
         return f"{name} {' x '.join(str(n) for n in shape)}"
     if isinstance(value, (list, tuple, dict, set, str, bytes)):
@@ -234,6 +242,9 @@ def main():
         except KeyboardInterrupt:  # after the step's code: the answer goes out anyway
             send({"type": "done", "status": "interrupted", "error": "KeyboardInterrupt",
                   "figures": [], "names": held_names(module.__dict__), "run_ms": 0, "cpu_ms": 0})
+        except Exception as error:  # the kernel's own part failed on what the code left
+            send({"type": "done", "status": "error", "error": f"quarry's kernel: {error!r}",
+                  "figures": [], "names": [], "run_ms": 0, "cpu_ms": 0})
 
 
 main()

@@ -55,10 +55,10 @@ class KernelTest : public ::testing::Test {
   }
   void next_turn() { turn_.reset(); }
 
-  // One run_python call, as the model would make it.
+  // One run_python call, as the model would make it (of a script when `extra` has its path).
   ToolResult python(const std::string& code, nlohmann::json extra = nlohmann::json::object(),
                     const agent::ToolIo& io = {}) {
-    extra["code"] = code;
+    if (!extra.contains("path")) extra["code"] = code;
     agent::Toolbox toolbox({config_, make_error(ErrorCode::kUnavailable, "no database here"),
                             *history_, SandboxEnvironment::get().state_dir()});
     return toolbox.call({fmt::format("call-{}", ++calls_), "run_python", extra.dump()}, turn(), io);
@@ -112,6 +112,33 @@ TEST_F(KernelTest, VariablesImportsAndDataStayBetweenStepsAndTurns) {
   EXPECT_NE(std::find(names.begin(), names.end(), "df: polars.DataFrame 3 x 2"), names.end())
       << nlohmann::json(names);
   EXPECT_NE(std::find(names.begin(), names.end(), "pl: module"), names.end());
+}
+
+// What the code leaves in its namespace, and what it says, are the code's: a name whose shape
+// raises, an error message that is no valid UTF-8, or a script of other bytes end the step,
+// never the kernel and what it holds.
+TEST_F(KernelTest, WhatTheCodeHoldsOrSaysNeverEndsTheKernel) {
+  ASSERT_TRUE(python("kept = 7").ok);
+  auto shaped = python(
+      "class Closed:\n"
+      "    @property\n"
+      "    def shape(self):\n"
+      "        raise ValueError('the connection is closed')\n"
+      "relation = Closed()\n");
+  EXPECT_TRUE(shaped.ok) << shaped.content;
+  auto surrogate = python("raise ValueError('bad name: \\udcff')");
+  EXPECT_FALSE(surrogate.ok);
+  EXPECT_NE(surrogate.content.find("ValueError: bad name"), std::string::npos) << surrogate.content;
+  ASSERT_TRUE(
+      python("open('latin1.py', 'wb').write(b\"print('caf\\\\xe9 ok')  # caf\\xe9\\n\")").ok);
+  auto latin1 = python("", {{"path", "latin1.py"}});
+  EXPECT_TRUE(latin1.ok) << latin1.content;
+  EXPECT_NE(latin1.content.find("ok"), std::string::npos) << latin1.content;
+  auto kept = python("print(kept, type(relation).__name__)");
+  ASSERT_TRUE(kept.ok) << kept.content;
+  EXPECT_NE(kept.content.find("7 Closed"), std::string::npos) << kept.content;
+  EXPECT_EQ(kept.content.find("what the kernel held before is gone"), std::string::npos)
+      << kept.content;
 }
 
 TEST_F(KernelTest, FreshStartsACleanProcess) {
