@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 
 namespace quarry::server {
@@ -77,7 +78,8 @@ void StreamHub::record(LiveTurn& turn, conversation::StreamEvent event) {
   }
   std::lock_guard lock(mutex_);
   auto& feed = feeds_[turn.conversation_id()];
-  feed.latest = {event.turn, event.seq};
+  // An ending turn's last events come after the next turn's first: the latest stays the latest.
+  feed.latest = std::max(feed.latest, EventId{event.turn, event.seq});
   turn.events_.push_back(std::move(event));
   wake(feed.waiters);
 }
@@ -93,6 +95,7 @@ std::shared_ptr<LiveTurn> StreamHub::begin(const std::string& conversation_id, i
   auto turn = std::make_shared<LiveTurn>(*this, conversation_id, number);
   std::lock_guard lock(mutex_);
   auto& feed = feeds_[conversation_id];
+  if (feed.live) feed.ending.push_back(std::move(feed.live));
   feed.live = turn;
   wake(feed.waiters);
   return turn;
@@ -102,6 +105,7 @@ void StreamHub::end(const LiveTurn& turn) {
   std::lock_guard lock(mutex_);
   auto& feed = feeds_[turn.conversation_id()];
   if (feed.live.get() == &turn) feed.live.reset();
+  std::erase_if(feed.ending, [&](const auto& ending) { return ending.get() == &turn; });
   wake(feed.waiters);
 }
 
@@ -115,10 +119,33 @@ std::optional<int> StreamHub::live_turn(const std::string& conversation_id) {
 Result<StreamHub::Batch> StreamHub::next(const std::string& conversation_id, EventId after) {
   for (;;) {
     std::shared_ptr<LiveTurn> live;
+    int first_in_memory = 0;
     {
       std::lock_guard lock(mutex_);
       auto found = feeds_.find(conversation_id);
-      if (found != feeds_.end()) live = found->second.live;
+      if (found != feeds_.end()) {
+        live = found->second.live;
+        for (const auto& ending : found->second.ending) {
+          if (ending->number() != after.turn) continue;
+          // A turn still publishing its last events while the next one runs.
+          Batch batch{{}, after};
+          for (auto i = static_cast<size_t>(after.seq); i < ending->events_.size(); ++i) {
+            batch.events.push_back(ending->events_[i]);
+          }
+          if (!batch.events.empty()) {
+            batch.position = {batch.events.back().turn, batch.events.back().seq};
+          }
+          return batch;
+        }
+        for (const auto& ending : found->second.ending) {
+          if (first_in_memory == 0 || ending->number() < first_in_memory) {
+            first_in_memory = ending->number();
+          }
+        }
+      }
+      if (live && (first_in_memory == 0 || live->number() < first_in_memory)) {
+        first_in_memory = live->number();
+      }
       if (live && after.turn >= live->number()) {
         // The running turn, from memory: it holds every event of the turn.
         Batch batch{{}, after};
@@ -135,11 +162,12 @@ Result<StreamHub::Batch> StreamHub::next(const std::string& conversation_id, Eve
     }
     // Finished turns, from the history.
     ASSIGN_OR_RETURN(auto events, history_.stream_events(conversation_id, after.turn, after.seq));
-    if (live) {
-      // The running turn's events are read from memory, where all of them are.
-      std::erase_if(events, [&](const auto& event) { return event.turn >= live->number(); });
+    if (first_in_memory != 0) {
+      // The running turn's events (and an ending one's) are read from memory, where all of
+      // them are.
+      std::erase_if(events, [&](const auto& event) { return event.turn >= first_in_memory; });
       if (events.empty()) {
-        after = {live->number(), 0};
+        after = {first_in_memory, 0};
         continue;
       }
     }
@@ -155,8 +183,17 @@ bool StreamHub::arm(const std::string& conversation_id, EventId after, const Wai
   std::lock_guard lock(mutex_);
   if (closing_) return false;
   auto& feed = feeds_[conversation_id];
-  if (feed.latest > after) return false;
-  if (feed.live && feed.live->number() > after.turn) return false;
+  // A watcher of an ending turn that has seen all its events so far waits for the rest (its
+  // "done"), whatever the next turn has published.
+  const bool waits_on_ending =
+      std::any_of(feed.ending.begin(), feed.ending.end(), [&](const auto& ending) {
+        return ending->number() == after.turn &&
+               static_cast<int64_t>(ending->events_.size()) <= after.seq;
+      });
+  if (!waits_on_ending) {
+    if (feed.latest > after) return false;
+    if (feed.live && feed.live->number() > after.turn) return false;
+  }
   feed.waiters.push_back(waiter);
   return true;
 }

@@ -103,6 +103,10 @@ class StreamHub {
   friend class LiveTurn;
   struct Feed {
     std::shared_ptr<LiveTurn> live;
+    // Turns whose next one began before they published their last event ("done" comes after
+    // the turn lock is released): read from memory until they end, so a watcher of one does
+    // not pass its "done" by.
+    std::vector<std::shared_ptr<LiveTurn>> ending;
     EventId latest;  // the last event published in this process, or heard of from another
     std::vector<Waiter> waiters;
   };

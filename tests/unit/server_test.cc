@@ -240,6 +240,44 @@ TEST(SseParser, KeepsTheLastEventId) {
 namespace quarry::agent {
 namespace {
 
+// "done" is published after the turn lock is released, so the next turn may begin first. A
+// watcher of the first turn read its finished events from the history, where "done" was not
+// yet, and went on to the next turn: its stream never ended.
+TEST(StreamHubTest, AWatcherOfATurnWhoseNextBeganStillGetsItsDone) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-hub-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ManualClock clock;
+  auto store = *conversation::SqliteHistoryStore::open(dir / "history.db", clock);
+  const auto id = store->create_conversation("c")->id;
+  server::StreamHub hub(*store);
+  ASSERT_EQ(store->begin_turn(id, conversation::TurnKind::kCell), 1);
+  auto first = hub.begin(id, 1);
+  first->publish("text", {{"text", "one"}});
+  ASSERT_TRUE(store->finish_turn(id, 1, conversation::TurnStatus::kCompleted, ""));
+  ASSERT_EQ(store->begin_turn(id, conversation::TurnKind::kCell), 2);
+  auto second = hub.begin(id, 2);
+  second->publish("turn_started", {});
+
+  auto waiting = hub.next(id, {1, 1});
+  ASSERT_TRUE(waiting) << waiting.error().message;
+  EXPECT_TRUE(waiting->events.empty());
+  EXPECT_EQ(waiting->position, (server::EventId{1, 1})) << "it waits in its turn";
+  first->publish("done", {{"status", "completed"}});
+  hub.end(*first);
+  auto done = hub.next(id, {1, 1});
+  ASSERT_TRUE(done) << done.error().message;
+  ASSERT_EQ(done->events.size(), 1u);
+  EXPECT_EQ(done->events[0].type, "done");
+  // Then the next turn, from memory.
+  auto next = hub.next(id, done->position);
+  ASSERT_TRUE(next);
+  ASSERT_EQ(next->events.size(), 1u);
+  EXPECT_EQ(next->events[0].turn, 2);
+  hub.end(*second);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(UnansweredCalls, AreAnsweredSoTheHistoryIsValidForTheModel) {
   auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-calls-{}", ::getpid());
   std::filesystem::remove_all(dir);
