@@ -29,7 +29,8 @@ bool changes_state(http::verb method) {
 }
 
 // Writes a whole response with the headers every answer has; to a HEAD request, the headers
-// alone (with the length the body would have).
+// alone (with the length the body would have). `timeout` is for each piece: a large file to a
+// slow client goes on as long as the client keeps reading.
 template <typename Body>
 net::awaitable<Sent> write_response(beast::tcp_stream& stream, http::response<Body>& response,
                                     std::chrono::seconds timeout, bool head = false) {
@@ -43,8 +44,12 @@ net::awaitable<Sent> write_response(beast::tcp_stream& stream, http::response<Bo
     sent.bytes = co_await http::async_write_header(stream, serializer,
                                                    net::redirect_error(net::use_awaitable, error));
   } else {
-    sent.bytes = co_await http::async_write(stream, response,
-                                            net::redirect_error(net::use_awaitable, error));
+    http::response_serializer<Body> serializer{response};
+    while (!error && !serializer.is_done()) {
+      stream.expires_after(timeout);
+      sent.bytes += co_await http::async_write_some(stream, serializer,
+                                                    net::redirect_error(net::use_awaitable, error));
+    }
   }
   if (error) sent.keep_alive = false;
   co_return sent;
@@ -282,8 +287,13 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
       co_await http::async_write(stream, proceed, net::redirect_error(net::use_awaitable, error));
       if (error) break;
     }
-    co_await http::async_read(stream, buffer, parser,
-                              net::redirect_error(net::use_awaitable, error));
+    // The body in pieces, each within the read timeout: a large upload over a slow link goes
+    // on as long as it keeps coming.
+    while (!error && !parser.is_done()) {
+      stream.expires_after(options_.read_timeout);
+      co_await http::async_read_some(stream, buffer, parser,
+                                     net::redirect_error(net::use_awaitable, error));
+    }
     if (error == http::error::body_limit) {
       co_await write_error(stream, too_large, false, no_headers, timeout, header_method,
                            header_path);

@@ -26,8 +26,10 @@ struct HttpServerOptions {
   // The body of a signed-in client's upload through the Daytona-compatible API may be this large.
   uint64_t max_file_transfer = 256 << 20;
   std::chrono::seconds keep_alive{15};     // a comment line on idle streams this often
-  std::chrono::seconds read_timeout{60};   // a request's header and body; idle keep-alive
-  std::chrono::seconds write_timeout{30};  // one write to a client that stopped reading
+  std::chrono::seconds read_timeout{60};   // a request's header (idle keep-alive too), and
+                                           // each piece of its body
+  std::chrono::seconds write_timeout{30};  // each piece of an answer: a client that stopped
+                                           // reading
   size_t blocking_threads = 4;             // the pool the handlers run on
   // The pool of the Daytona-compatible API's handlers, whose commands may run for minutes: they
   // never hold up the rest of the API.
