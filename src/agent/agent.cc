@@ -282,7 +282,10 @@ std::vector<std::string> Agent::check_answer(conversation::Turn& turn,
       collected.insert(artifact.name);
   }
   std::map<std::string, uint64_t> present;
-  if (auto files = turn.sandbox().list_files(options_.output_dir)) {
+  // Without a sandbox no file was written: none is started to find that out.
+  if (auto files = turn.sandbox().has_sandbox()
+                       ? turn.sandbox().list_files(options_.output_dir)
+                       : Result<std::vector<sandbox::FileInfo>>(std::vector<sandbox::FileInfo>{})) {
     for (const auto& file : *files) {
       if (!file.is_directory) {
         present[file.path.substr(options_.output_dir.size() + 1)] = file.size;

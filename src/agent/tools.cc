@@ -158,6 +158,11 @@ ToolResult Toolbox::call(const ToolCall& call, conversation::Turn& turn, const T
   const auto started = std::chrono::steady_clock::now();
   turn.set_step(call.id, call.name);
   ToolResult result = dispatch(call, turn, io);
+  // A new sandbox is told with the result of whichever tool used it first (run_python's says
+  // it among its notes, and has taken it).
+  if (auto notice = turn.sandbox().take_notice()) {
+    result.content = fmt::format("{}\n{}", *notice, result.content);
+  }
   turn.set_step("", "");
   result.elapsed_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();

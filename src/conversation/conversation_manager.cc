@@ -528,6 +528,12 @@ auto LazySandbox::on_sandbox(std::string_view why, Call&& call) {
   return result;
 }
 
+bool LazySandbox::has_sandbox() const {
+  const auto state = lifecycle_from_string(turn_.reference.state);
+  return !turn_.reference.sandbox_id.empty() && state &&
+         (*state == kAssigned || *state == kBusy || *state == kIdle);
+}
+
 Result<void> LazySandbox::write_file(std::string_view path, std::istream& content) {
   RETURN_IF_ERROR(on_sandbox("stopped", [&](const std::string& id) {
     return manager_.provider_.write_file(id, path, content);

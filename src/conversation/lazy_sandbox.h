@@ -66,6 +66,9 @@ class LazySandbox {
   // What the model should hear once about the sandbox since the last execute: that it is a
   // new one, and what the old one held.
   std::optional<std::string> take_notice() { return std::exchange(turn_.notice, std::nullopt); }
+  // Whether the conversation has a sandbox now (this turn's, or an earlier one's still there):
+  // what only looks at its files need not start one.
+  bool has_sandbox() const;
   // Records a step of such a process as an execution, with its metering.
   Result<void> record_step(std::string_view command, const sandbox::ExecResult& result,
                            std::chrono::system_clock::time_point started);

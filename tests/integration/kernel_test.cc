@@ -383,5 +383,28 @@ TEST_F(KernelTest, TheKernelGoesWithItsSandboxAndTheModelIsTold) {
   EXPECT_NE(after.content.find("False"), std::string::npos);
 }
 
+// The notice went only with run_python's result: a turn whose first use of the new sandbox
+// was another tool lost it, and the kernel names with it.
+TEST_F(KernelTest, ANewSandboxIsToldWithWhicheverToolUsesItFirst) {
+  ASSERT_TRUE(python("frame = {'a': 1}").ok);
+  next_turn();
+  clock_.advance(std::chrono::minutes(16));
+  auto reaped = manager_->reap_idle();
+  ASSERT_TRUE(reaped) << reaped.error().message;
+  EXPECT_EQ(*reaped, 1);
+  agent::Toolbox toolbox({config_, make_error(ErrorCode::kUnavailable, "no database here"),
+                          *history_, SandboxEnvironment::get().state_dir()});
+  auto written = toolbox.call(
+      {"call-write", "write_file", R"({"path": "notes.txt", "content": "hello"})"}, turn());
+  ASSERT_TRUE(written.ok) << written.content;
+  EXPECT_NE(written.content.find("this runs in a new sandbox"), std::string::npos)
+      << written.content;
+  EXPECT_NE(written.content.find("what it held: frame: dict of 1"), std::string::npos)
+      << written.content;
+  // Once.
+  auto again = python("print('once')");
+  EXPECT_EQ(again.content.find("new sandbox"), std::string::npos) << again.content;
+}
+
 }  // namespace
 }  // namespace quarry::testing
