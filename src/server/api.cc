@@ -470,7 +470,9 @@ ApiResult<ApiReply> Api::list_conversations(const ApiRequest& request) {
     const auto& text = cursor->second;
     auto dot = text.find('.');
     auto ms = whole_number(std::string_view(text).substr(0, dot));
-    if (dot == std::string::npos || !ms || dot + 1 == text.size()) {
+    // Up to the year 9999: a time beyond the clock's range would wrap to another page.
+    constexpr int64_t kLatestMs = 253'402'300'799'999;
+    if (dot == std::string::npos || !ms || *ms < 0 || *ms > kLatestMs || dot + 1 == text.size()) {
       return api_error(400, "invalid_parameter",
                        "cursor '{}' is not one this server gave; use the next_cursor of the "
                        "previous page",

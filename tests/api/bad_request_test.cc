@@ -114,6 +114,9 @@ TEST(BadRequests, EachGetsAClearErrorAndNothingStoredChanges) {
        "invalid_parameter", ""},
       {"a cursor the server never gave", "GET", "/api/v1/conversations?cursor=abc", "", "", 400,
        "invalid_parameter", "next_cursor"},
+      {"a cursor whose time overflows the clock", "GET",
+       "/api/v1/conversations?cursor=9300000000000000.abc", "", "", 400, "invalid_parameter",
+       "next_cursor"},
       {"an unknown query parameter", "GET", "/api/v1/conversations?order=oldest", "", "", 400,
        "unknown_parameter", "this route takes: limit, cursor"},
       // Every route checks its query, those that take none too (before anything is changed).
