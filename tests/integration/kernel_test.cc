@@ -54,6 +54,13 @@ class KernelTest : public ::testing::Test {
     return *turn_;
   }
   void next_turn() { turn_.reset(); }
+  // Deletes the conversation's sandbox as the idle reaper does, 16 minutes on.
+  void delete_the_idle_sandbox() {
+    clock_.advance(std::chrono::minutes(16));
+    auto reaped = manager_->reap_idle();
+    ASSERT_TRUE(reaped) << reaped.error().message;
+    EXPECT_EQ(*reaped, 1);
+  }
 
   // One run_python call, as the model would make it (of a script when `extra` has its path).
   ToolResult python(const std::string& code, nlohmann::json extra = nlohmann::json::object(),
@@ -369,10 +376,7 @@ TEST_F(KernelTest, OutputStreamsWhileTheStepRuns) {
 TEST_F(KernelTest, TheKernelGoesWithItsSandboxAndTheModelIsTold) {
   ASSERT_TRUE(python("frame = {'a': 1}").ok);
   next_turn();
-  clock_.advance(std::chrono::minutes(16));
-  auto reaped = manager_->reap_idle();
-  ASSERT_TRUE(reaped) << reaped.error().message;
-  EXPECT_EQ(*reaped, 1);
+  delete_the_idle_sandbox();
   auto after = python("print('frame' in dir())");
   ASSERT_TRUE(after.ok) << after.content;
   EXPECT_NE(after.content.find("this runs in a new sandbox"), std::string::npos) << after.content;
@@ -388,10 +392,7 @@ TEST_F(KernelTest, TheKernelGoesWithItsSandboxAndTheModelIsTold) {
 TEST_F(KernelTest, ANewSandboxIsToldWithWhicheverToolUsesItFirst) {
   ASSERT_TRUE(python("frame = {'a': 1}").ok);
   next_turn();
-  clock_.advance(std::chrono::minutes(16));
-  auto reaped = manager_->reap_idle();
-  ASSERT_TRUE(reaped) << reaped.error().message;
-  EXPECT_EQ(*reaped, 1);
+  delete_the_idle_sandbox();
   agent::Toolbox toolbox({config_, make_error(ErrorCode::kUnavailable, "no database here"),
                           *history_, SandboxEnvironment::get().state_dir()});
   auto written = toolbox.call(

@@ -1,8 +1,9 @@
 // The agent's pieces that need no model and no sandbox: argument checks, failure
 // classification, artifact types, the guidance prompt.
+#include "agent/agent.h"
+
 #include <gtest/gtest.h>
 
-#include "agent/agent.h"
 #include "agent/artifacts.h"
 #include "agent/failure.h"
 #include "agent/guidance.h"

@@ -22,15 +22,29 @@ namespace {
 
 constexpr std::string_view kRecordFile = "sandbox.json";
 
+// A sandbox's limits, as its record and its admission ticket keep them.
+nlohmann::json resources_json(const ResourceLimits& resources) {
+  return {{"cpus", resources.cpus},
+          {"memory_bytes", resources.memory_bytes},
+          {"disk_bytes", resources.disk_bytes},
+          {"pids", resources.pids}};
+}
+
+// Throws nlohmann::json::exception when one is missing or of another type.
+ResourceLimits resources_from(const nlohmann::json& json) {
+  ResourceLimits resources;
+  json.at("cpus").get_to(resources.cpus);
+  json.at("memory_bytes").get_to(resources.memory_bytes);
+  json.at("disk_bytes").get_to(resources.disk_bytes);
+  json.at("pids").get_to(resources.pids);
+  return resources;
+}
+
 nlohmann::json to_json(const SandboxRecord& record) {
   nlohmann::json json = {
       {"id", record.id},
       {"labels", record.labels},
-      {"resources",
-       {{"cpus", record.resources.cpus},
-        {"memory_bytes", record.resources.memory_bytes},
-        {"disk_bytes", record.resources.disk_bytes},
-        {"pids", record.resources.pids}}},
+      {"resources", resources_json(record.resources)},
       {"image", record.image},
       {"snapshot", record.snapshot},
       {"packages", record.packages},
@@ -53,11 +67,7 @@ Result<SandboxRecord> from_json(const nlohmann::json& json) {
     SandboxRecord record;
     json.at("id").get_to(record.id);
     json.at("labels").get_to(record.labels);
-    const auto& resources = json.at("resources");
-    resources.at("cpus").get_to(record.resources.cpus);
-    resources.at("memory_bytes").get_to(record.resources.memory_bytes);
-    resources.at("disk_bytes").get_to(record.resources.disk_bytes);
-    resources.at("pids").get_to(record.resources.pids);
+    record.resources = resources_from(json.at("resources"));
     json.at("image").get_to(record.image);
     // Records from before snapshots started from the image.
     record.snapshot = json.value("snapshot", "");
@@ -244,11 +254,7 @@ Result<std::vector<ResourceLimits>> StateStore::admitting(std::chrono::seconds m
     if (!text) continue;
     auto json = nlohmann::json::parse(*text, nullptr, false);
     try {
-      ResourceLimits limits;
-      json.at("cpus").get_to(limits.cpus);
-      json.at("memory_bytes").get_to(limits.memory_bytes);
-      json.at("disk_bytes").get_to(limits.disk_bytes);
-      tickets.push_back(limits);
+      tickets.push_back(resources_from(json));
     } catch (const nlohmann::json::exception&) {
       ::unlink(entry.path().c_str());  // not one quarry wrote (each is written whole)
     }
@@ -263,10 +269,8 @@ Result<std::vector<ResourceLimits>> StateStore::admitting(std::chrono::seconds m
 Result<std::string> StateStore::add_ticket(const ResourceLimits& limits) const {
   static std::atomic<uint64_t> counter{0};
   const std::string name = fmt::format("{}-{}", ::getpid(), counter++);
-  const nlohmann::json json = {{"cpus", limits.cpus},
-                               {"memory_bytes", limits.memory_bytes},
-                               {"disk_bytes", limits.disk_bytes}};
-  RETURN_IF_ERROR(write_file_atomic(admitting_dir_ / name, json.dump() + "\n", 0600));
+  RETURN_IF_ERROR(
+      write_file_atomic(admitting_dir_ / name, resources_json(limits).dump() + "\n", 0600));
   return name;
 }
 
