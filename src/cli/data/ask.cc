@@ -172,7 +172,14 @@ int DataRoom::ask(Context& context, const AskOptions& options) {
 
   CancelSignals cancel;
   Printer printer;
-  auto answer = agent.run_turn(id, options.question, std::ref(printer), cancel.fd());
+  Result<std::string> answer = make_error(ErrorCode::kInternal, "the turn did not run");
+  try {
+    answer = agent.run_turn(id, options.question, std::ref(printer), cancel.fd());
+  } catch (const std::exception& error) {
+    // As the server does: the turn is recorded failed (its end, unwinding), and said so here
+    // rather than by std::terminate.
+    answer = make_error(ErrorCode::kInternal, "quarry failed: {}", error.what());
+  }
   std::cerr << fmt::format("conversation {} (continue with: quarry ask --conversation {} ...)\n",
                            id, id);
   if (!answer) {
