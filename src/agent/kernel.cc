@@ -13,7 +13,6 @@
 namespace quarry::agent {
 namespace {
 
-constexpr std::string_view kProcessName = "python";
 // How long a kernel may take to start and say it is ready.
 constexpr auto kStartTimeout = std::chrono::seconds(30);
 // After a step's timeout the kernel is interrupted; if the step has not ended this much later,
@@ -50,7 +49,7 @@ Result<sandbox::Process*> PythonKernel::start(conversation::LazySandbox& sandbox
   request.argv = {"python", "-c", std::string(kernel_source())};
   // Figures go to files, not to a display; output reaches quarry as it is written.
   request.env = {{"MPLBACKEND", "Agg"}, {"PYTHONUNBUFFERED", "1"}};
-  ASSIGN_OR_RETURN(auto* process, sandbox.start_process(kProcessName, request));
+  ASSIGN_OR_RETURN(auto* process, sandbox.start_kernel(request));
   if (auto notice = sandbox.take_notice()) step.notes.push_back(*notice);
   sandbox::StepRequest hello;
   hello.message = frame({{"type", "hello"}});
@@ -59,7 +58,7 @@ Result<sandbox::Process*> PythonKernel::start(conversation::LazySandbox& sandbox
   auto reply = ready && ready->reply ? nlohmann::json::parse(*ready->reply, nullptr, false)
                                      : nlohmann::json();
   if (!ready || !reply.is_object() || reply.value("type", "") != "ready") {
-    sandbox.stop_process(kProcessName);
+    sandbox.stop_kernel();
     std::string why = !ready ? ready.error().message
                       : ready->exec.stderr_text.empty()
                           ? fmt::format("it exited with code {}", ready->exec.exit_code)
@@ -81,9 +80,9 @@ Result<sandbox::Process*> PythonKernel::start(conversation::LazySandbox& sandbox
 Result<KernelStep> PythonKernel::run(conversation::LazySandbox& sandbox, const KernelRun& run,
                                      const ToolIo& io) {
   KernelStep step;
-  sandbox::Process* process = sandbox.process(kProcessName);
+  sandbox::Process* process = sandbox.kernel();
   if (process && run.fresh) {
-    sandbox.stop_process(kProcessName);
+    sandbox.stop_kernel();
     process = nullptr;
     if (!sandbox.kernel_names().empty()) {
       step.notes.push_back(
@@ -112,7 +111,7 @@ Result<KernelStep> PythonKernel::run(conversation::LazySandbox& sandbox, const K
   const auto started = std::chrono::system_clock::now();
   auto ran = process->step(request);
   if (!ran) {
-    sandbox.stop_process(kProcessName);
+    sandbox.stop_kernel();
     return std::unexpected(ran.error());
   }
   step.exec = std::move(ran->exec);
@@ -150,7 +149,7 @@ Result<KernelStep> PythonKernel::run(conversation::LazySandbox& sandbox, const K
     RETURN_IF_ERROR(sandbox.set_kernel_names(names_of(reply)));
   } else {
     // The kernel is gone: out of memory, killed after its timeout, or it died.
-    sandbox.stop_process(kProcessName);
+    sandbox.stop_kernel();
     RETURN_IF_ERROR(sandbox.set_kernel_names({}));
     if (exec.exit_code == 0) exec.exit_code = 1;
     const std::string lost =

@@ -331,6 +331,7 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
   reference.sandbox_id = granted->sandbox_id;
   reference.files.clear();
   reference.kernel_names.clear();
+  reference.kernel.clear();
   const char* start = granted->warm ? "warm" : "cold";
   RETURN_IF_ERROR(move(turn, kStarting, start));
   RETURN_IF_ERROR(move(turn, kAssigned, ""));
@@ -595,13 +596,16 @@ Result<std::vector<sandbox::FileInfo>> LazySandbox::list_files(std::string_view 
   });
 }
 
-sandbox::Process* ConversationManager::resident(const TurnContext& turn, std::string_view name) {
+sandbox::Process* ConversationManager::resident(const TurnContext& turn) {
   std::unique_ptr<sandbox::Process> stale;
   {
     std::lock_guard lock(residents_mutex_);
-    auto found = residents_.find(std::pair{turn.conversation_id, std::string(name)});
+    auto found = residents_.find(turn.conversation_id);
     if (found == residents_.end()) return nullptr;
-    if (found->second.sandbox_id == turn.reference.sandbox_id && found->second.process->alive()) {
+    // Another quarry process sharing the history may have run a turn since, and started its
+    // own kernel there: this one's state is not what the conversation last had.
+    if (found->second.sandbox_id == turn.reference.sandbox_id &&
+        found->second.process->id() == turn.reference.kernel && found->second.process->alive()) {
       return found->second.process.get();
     }
     stale = std::move(found->second.process);
@@ -610,25 +614,23 @@ sandbox::Process* ConversationManager::resident(const TurnContext& turn, std::st
   return nullptr;  // `stale` is killed here, outside the lock
 }
 
-sandbox::Process* ConversationManager::keep_resident(const TurnContext& turn, std::string_view name,
+sandbox::Process* ConversationManager::keep_resident(const TurnContext& turn,
                                                      std::unique_ptr<sandbox::Process> process) {
   std::unique_ptr<sandbox::Process> replaced;
   std::lock_guard lock(residents_mutex_);
-  auto& slot = residents_[std::pair{turn.conversation_id, std::string(name)}];
+  auto& slot = residents_[turn.conversation_id];
   replaced = std::move(slot.process);
   slot.sandbox_id = turn.reference.sandbox_id;
   slot.process = std::move(process);
   return slot.process.get();
 }
 
-void ConversationManager::drop_residents(std::string_view conversation_id, std::string_view name) {
+void ConversationManager::drop_residents(std::string_view conversation_id) {
   std::vector<std::unique_ptr<sandbox::Process>> dropped;
   {
     std::lock_guard lock(residents_mutex_);
     for (auto it = residents_.begin(); it != residents_.end();) {
-      const bool match = conversation_id.empty() || (it->first.first == conversation_id &&
-                                                     (name.empty() || it->first.second == name));
-      if (match) {
+      if (conversation_id.empty() || it->first == conversation_id) {
         dropped.push_back(std::move(it->second.process));
         it = residents_.erase(it);
       } else {
@@ -638,20 +640,30 @@ void ConversationManager::drop_residents(std::string_view conversation_id, std::
   }
 }
 
-sandbox::Process* LazySandbox::process(std::string_view name) {
-  return manager_.resident(turn_, name);
+sandbox::Process* LazySandbox::kernel() {
+  return manager_.resident(turn_);
 }
 
-Result<sandbox::Process*> LazySandbox::start_process(std::string_view name,
-                                                     const sandbox::ExecRequest& request) {
+Result<sandbox::Process*> LazySandbox::start_kernel(const sandbox::ExecRequest& request) {
+  manager_.drop_residents(turn_.conversation_id);
   ASSIGN_OR_RETURN(auto started, on_sandbox("stopped", [&](const std::string& id) {
+                     // A kernel another quarry process started here (it ran a turn since):
+                     // no one can reach it now, and it holds memory the sandbox's limit counts.
+                     if (const auto& other = turn_.reference.kernel; !other.empty()) {
+                       if (auto stopped = manager_.provider_.stop_process(id, other); !stopped) {
+                         spdlog::warn("conversation {}: stopping the kernel {} of sandbox {}: {}",
+                                      turn_.conversation_id, other, id, stopped.error().message);
+                       }
+                     }
                      return manager_.provider_.start(id, request);
                    }));
-  return manager_.keep_resident(turn_, name, std::move(started));
+  turn_.reference.kernel = started->id();
+  RETURN_IF_ERROR(manager_.history_.set_sandbox_reference(turn_.conversation_id, turn_.reference));
+  return manager_.keep_resident(turn_, std::move(started));
 }
 
-void LazySandbox::stop_process(std::string_view name) {
-  manager_.drop_residents(turn_.conversation_id, name);
+void LazySandbox::stop_kernel() {
+  manager_.drop_residents(turn_.conversation_id);
 }
 
 Result<void> LazySandbox::record_step(std::string_view command, const sandbox::ExecResult& result,

@@ -141,13 +141,14 @@ class ConversationManager {
                                     const std::string& sandbox_id, std::string_view reason,
                                     const std::function<bool(const SandboxReference&)>& still);
 
-  // The conversation's process `name` if it runs in the turn's sandbox (nullptr if not).
-  sandbox::Process* resident(const TurnContext& turn, std::string_view name);
-  sandbox::Process* keep_resident(const TurnContext& turn, std::string_view name,
+  // The conversation's kernel process if this quarry process started it, it runs in the turn's
+  // sandbox and it is the one the history names (nullptr if not).
+  sandbox::Process* resident(const TurnContext& turn);
+  sandbox::Process* keep_resident(const TurnContext& turn,
                                   std::unique_ptr<sandbox::Process> process);
-  // Kills a conversation's processes (`name`, or all of them): their sandbox is going, or their
-  // user is done with them.
-  void drop_residents(std::string_view conversation_id, std::string_view name = {});
+  // Kills a conversation's kernel process (every conversation's when empty): its sandbox is
+  // going, or its user is done with it.
+  void drop_residents(std::string_view conversation_id);
 
   sandbox::SandboxProvider& provider_;
   HistoryStore& history_;
@@ -155,14 +156,14 @@ class ConversationManager {
   ManagerOptions options_;
   std::string boot_id_;
   std::unique_ptr<capacity::Scheduler> scheduler_;
-  // Long-running processes in conversations' sandboxes (their Python kernels), by (conversation,
-  // name); each turn uses only its own conversation's, so the lock guards only the map.
+  // The kernel processes this quarry process started in conversations' sandboxes, by
+  // conversation; each turn uses only its own conversation's, so the lock guards only the map.
   struct Resident {
     std::string sandbox_id;
     std::unique_ptr<sandbox::Process> process;
   };
   std::mutex residents_mutex_;
-  std::map<std::pair<std::string, std::string>, Resident, std::less<>> residents_;
+  std::map<std::string, Resident, std::less<>> residents_;
 };
 
 // A running turn: holds the conversation's turn lock and its LazySandbox. Ending the turn

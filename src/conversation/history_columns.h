@@ -124,7 +124,7 @@ Artifact artifact_from(const Row& row, int first) {
 
 // A sandbox reference is these columns, in this order, of sandbox_references.
 inline constexpr std::string_view kReferenceColumns =
-    "state, sandbox_id, last_used_at, files, kernel_names";
+    "state, sandbox_id, last_used_at, files, kernel_names, kernel";
 
 // The reference whose kReferenceColumns start at column `first` of `row`.
 template <typename Row>
@@ -135,6 +135,7 @@ SandboxReference reference_from(const Row& row, int first) {
   if (!row.is_null(first + 2)) reference.last_used_at = from_unix_ms(row.integer(first + 2));
   reference.files = names_from_text(row.text(first + 3));
   reference.kernel_names = names_from_text(row.text(first + 4));
+  reference.kernel = row.text(first + 5);
   return reference;
 }
 

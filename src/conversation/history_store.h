@@ -153,6 +153,9 @@ struct SandboxReference {
   // What its Python kernel holds ("df: polars.DataFrame 6351 x 4"), which a replacement, or a
   // kernel started again, lacks.
   std::vector<std::string> kernel_names;
+  // The provider's id of the kernel's process (sandbox::Process::id), so that a quarry process
+  // that did not start it knows it is not its own, and stops it before starting another.
+  std::string kernel;
 };
 
 // Held while a turn runs; released when destroyed, or when the process holding it dies.

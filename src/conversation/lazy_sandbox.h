@@ -56,13 +56,14 @@ class LazySandbox {
   Result<uint64_t> read_file(std::string_view path, std::ostream& out, uint64_t max_bytes);
   Result<std::vector<sandbox::FileInfo>> list_files(std::string_view directory);
 
-  // A process that stays between steps and turns (the Python kernel), in this conversation's
-  // sandbox: the one named `name` if it runs there (nullptr if not), one started anew (the
-  // sandbox made first if need be), or stopped. It goes with the sandbox.
-  sandbox::Process* process(std::string_view name);
-  Result<sandbox::Process*> start_process(std::string_view name,
-                                          const sandbox::ExecRequest& request);
-  void stop_process(std::string_view name);
+  // The process that stays between steps and turns in this conversation's sandbox (the Python
+  // kernel): the one this quarry process started, if it runs there and is still the one the
+  // history names (nullptr if not: another quarry process sharing the history may have run a
+  // turn since, with its own); one started anew (the sandbox made first if need be, and any
+  // other kernel it has stopped); or stopped. It goes with the sandbox.
+  sandbox::Process* kernel();
+  Result<sandbox::Process*> start_kernel(const sandbox::ExecRequest& request);
+  void stop_kernel();
   // What the model should hear once about the sandbox since the last execute: that it is a
   // new one, and what the old one held.
   std::optional<std::string> take_notice() { return std::exchange(turn_.notice, std::nullopt); }

@@ -277,6 +277,11 @@ CREATE TABLE deleted_conversations (
 -- frees its place, so each sandbox is counted once.
 ALTER TABLE sandbox_places ADD COLUMN sandbox_id text COLLATE "C" NOT NULL DEFAULT '';
 CREATE INDEX sandbox_places_by_sandbox ON sandbox_places (sandbox_id) WHERE sandbox_id <> '';
+)sql"},
+                                                     {12, R"sql(
+-- Which process is the sandbox's Python kernel (the provider's id for it), so that a server
+-- that did not start it stops it before starting its own.
+ALTER TABLE sandbox_references ADD COLUMN kernel text NOT NULL DEFAULT '';
 )sql"}};
 
 // The tables of the schema: one of them without schema_version is another application's.
@@ -985,13 +990,14 @@ Result<void> PostgresHistoryStore::set_sandbox_reference(std::string_view conver
   RETURN_IF_ERROR(run(
       *connections_, "recording a sandbox reference",
       "INSERT INTO sandbox_references (conversation_id, state, sandbox_id, last_used_at, files, "
-      "kernel_names) VALUES ($1, $2, $3, $4, $5, $6) "
+      "kernel_names, kernel) VALUES ($1, $2, $3, $4, $5, $6, $7) "
       "ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, "
       "sandbox_id = excluded.sandbox_id, last_used_at = excluded.last_used_at, "
-      "files = excluded.files, kernel_names = excluded.kernel_names",
+      "files = excluded.files, kernel_names = excluded.kernel_names, kernel = excluded.kernel",
       {text(conversation_id), text(reference.state), text(reference.sandbox_id),
        reference.last_used_at ? number(to_unix_ms(*reference.last_used_at)) : std::nullopt,
-       text(json_text(reference.files)), text(json_text(reference.kernel_names))}));
+       text(json_text(reference.files)), text(json_text(reference.kernel_names)),
+       text(reference.kernel)}));
   return {};
 }
 

@@ -55,7 +55,7 @@ class PostgresHistoryStore final : public HistoryStore,
   // sandbox places, 8 keeps artifacts' bytes (artifact_contents), so any server can serve what
   // another collected, 9 the requests for room, 10 the conversations deleted in the last 30
   // days (for the servers that did not hear of the delete), 11 the sandbox of each place.
-  static constexpr int kSchemaVersion = 11;
+  static constexpr int kSchemaVersion = 12;
   // Calls running on the database at once (each on a connection of its own).
   static constexpr size_t kMaxConnections = 8;
 

@@ -23,7 +23,7 @@ namespace {
 constexpr int kApplicationId = 0x71727279;
 
 // Migration N takes the schema from version N-1 to N. Append only; never edit a shipped one.
-constexpr std::array<std::string_view, 5> kMigrations = {R"sql(
+constexpr std::array<std::string_view, 6> kMigrations = {R"sql(
 CREATE TABLE conversations (
   id TEXT PRIMARY KEY,
   title TEXT NOT NULL,
@@ -140,6 +140,11 @@ ALTER TABLE conversations ADD COLUMN network TEXT;
                                                          R"sql(
 -- Version 5: the extra Python packages a conversation's sandboxes have.
 ALTER TABLE conversations ADD COLUMN packages TEXT NOT NULL DEFAULT '[]';
+)sql",
+                                                         R"sql(
+-- Version 6: which process is the sandbox's Python kernel, so that another quarry process
+-- sharing this history knows it did not start it.
+ALTER TABLE sandbox_references ADD COLUMN kernel TEXT NOT NULL DEFAULT '';
 )sql"};
 
 static_assert(kMigrations.size() == SqliteHistoryStore::kSchemaVersion,
@@ -845,10 +850,11 @@ Result<void> SqliteHistoryStore::set_sandbox_reference(std::string_view conversa
   std::lock_guard lock(mutex_);
   Statement upsert(db_,
                    "INSERT INTO sandbox_references (conversation_id, state, sandbox_id, "
-                   "last_used_at, files, kernel_names) VALUES (?, ?, ?, ?, ?, ?) "
+                   "last_used_at, files, kernel_names, kernel) VALUES (?, ?, ?, ?, ?, ?, ?) "
                    "ON CONFLICT (conversation_id) DO UPDATE SET state = excluded.state, "
                    "sandbox_id = excluded.sandbox_id, last_used_at = excluded.last_used_at, "
-                   "files = excluded.files, kernel_names = excluded.kernel_names");
+                   "files = excluded.files, kernel_names = excluded.kernel_names, "
+                   "kernel = excluded.kernel");
   upsert.bind(1, conversation_id).bind(2, reference.state).bind(3, reference.sandbox_id);
   if (reference.last_used_at) {
     upsert.bind(4, to_unix_ms(*reference.last_used_at));
@@ -857,6 +863,7 @@ Result<void> SqliteHistoryStore::set_sandbox_reference(std::string_view conversa
   }
   upsert.bind(5, nlohmann::json(reference.files).dump());
   upsert.bind(6, nlohmann::json(reference.kernel_names).dump());
+  upsert.bind(7, reference.kernel);
   if (int rc = upsert.step(); rc != SQLITE_DONE) {
     return sql_error(rc, "recording a sandbox reference");
   }

@@ -16,7 +16,7 @@ namespace quarry::conversation {
 class SqliteHistoryStore final : public HistoryStore {
  public:
   // The schema version this build writes; older databases are migrated on open.
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   static Result<std::unique_ptr<SqliteHistoryStore>> open(const std::filesystem::path& path,
                                                           const Clock& clock);

@@ -145,6 +145,9 @@ class Process {
   virtual Result<StepResult> step(const StepRequest& request) = 0;
   // Whether it still runs (false once it exited or was killed).
   virtual bool alive() = 0;
+  // The provider's name for it in its sandbox: what another quarry process, which cannot reach
+  // it, stops it by (SandboxProvider::stop_process).
+  virtual const std::string& id() const = 0;
 };
 
 // What code in a provider's sandboxes runs with, so that the model writes code for it.
@@ -179,6 +182,13 @@ class SandboxProvider {
     (void)request;
     return make_error(ErrorCode::kFailedPrecondition,
                       "this sandbox provider keeps no process between commands");
+  }
+  // Stops the Process `process` (its id()) of the sandbox, started by this quarry process or by
+  // another; one that is gone already needs nothing.
+  virtual Result<void> stop_process(std::string_view id, std::string_view process) {
+    (void)id;
+    (void)process;
+    return {};  // a provider that starts none has none to stop
   }
   // Kills every command running in the sandbox (the sandbox itself goes on), e.g. what a process
   // that died in the middle of an exec left running. Returns how many commands were stopped.

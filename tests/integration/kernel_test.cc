@@ -407,5 +407,62 @@ TEST_F(KernelTest, ANewSandboxIsToldWithWhicheverToolUsesItFirst) {
   EXPECT_EQ(again.content.find("new sandbox"), std::string::npos) << again.content;
 }
 
+// Two quarry processes sharing a history (quarry serve, and quarry ask in the same
+// conversation) each start their own kernel, which the other cannot reach. Whichever runs the
+// next turn takes neither the other's kernel nor an older one of its own for what the
+// conversation last had: it stops the kernel the sandbox has, so that two never share its
+// memory, starts its own, and tells the model what is gone.
+TEST_F(KernelTest, AKernelAnotherQuarryProcessStartedIsStoppedAndNotTakenForOnesOwn) {
+  // The Python kernels running in the sandbox, as its /proc shows them.
+  const std::string count_kernels =
+      "import os\n"
+      "def kernels():\n"
+      "    found = 0\n"
+      "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+      "        try:\n"
+      "            cmdline = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+      "            found += cmdline.startswith(b'python\\0-c\\0')\n"
+      "        except OSError:\n"
+      "            pass\n"
+      "    return found\n"
+      "print('kernels:', kernels())\n";
+  ASSERT_TRUE(python("held = 'first'").ok);
+  next_turn();
+
+  conversation::ManagerOptions options;
+  options.instance_id = fmt::format("kernel-test-other-{}", ::getpid());
+  options.spec.resources = config_.sandbox.resources;
+  options.prepare.directories = {config_.sandbox.data_dir, config_.sandbox.output_dir};
+  ConversationManager other(SandboxEnvironment::get().provider(), *history_, clock_, options);
+  {
+    auto begun = other.begin_turn(conversation_);
+    ASSERT_TRUE(begun) << begun.error().message;
+    agent::Toolbox toolbox({config_, make_error(ErrorCode::kUnavailable, "no database here"),
+                            *history_, SandboxEnvironment::get().state_dir()});
+    auto theirs = toolbox.call(
+        {"call-other", "run_python",
+         nlohmann::json{{"code", count_kernels + "held = 'second'\nprint(held)"}}.dump()},
+        **begun);
+    ASSERT_TRUE(theirs.ok) << theirs.content;
+    EXPECT_NE(theirs.content.find("the Python kernel was started again; what it held is gone: "
+                                  "held: str"),
+              std::string::npos)
+        << theirs.content;
+    EXPECT_NE(theirs.content.find("kernels: 1"), std::string::npos)
+        << "the first kernel still runs beside the second:\n"
+        << theirs.content;
+  }
+
+  // Back in the first process: its own kernel holds what the conversation had two turns ago.
+  auto back = python(count_kernels + "print('held' in dir())");
+  ASSERT_TRUE(back.ok) << back.content;
+  EXPECT_NE(back.content.find("the Python kernel was started again; what it held is gone: "),
+            std::string::npos)
+      << back.content;
+  EXPECT_NE(back.content.find("held: str of 6"), std::string::npos) << back.content;
+  EXPECT_NE(back.content.find("kernels: 1\nFalse"), std::string::npos) << back.content;
+  (void)other.shutdown();
+}
+
 }  // namespace
 }  // namespace quarry::testing

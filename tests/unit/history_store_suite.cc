@@ -95,6 +95,8 @@ TEST_P(HistoryStoreSuite, KeepsExecMetricsArtifactsAndReferencesAcrossReopen) {
     reference.sandbox_id = "sb";
     reference.last_used_at = clock_.now();
     reference.files = {"/home/sandbox/analysis.py"};
+    reference.kernel_names = {"df: polars.DataFrame 3 x 2"};
+    reference.kernel = "exec-4242-7";
     ASSERT_TRUE(store->set_sandbox_reference(id, reference));
   }
   auto store = open();
@@ -109,6 +111,8 @@ TEST_P(HistoryStoreSuite, KeepsExecMetricsArtifactsAndReferencesAcrossReopen) {
   auto reference = store->sandbox_reference(id);
   EXPECT_EQ(reference->state, "idle");
   EXPECT_EQ(reference->files, std::vector<std::string>{"/home/sandbox/analysis.py"});
+  EXPECT_EQ(reference->kernel_names, std::vector<std::string>{"df: polars.DataFrame 3 x 2"});
+  EXPECT_EQ(reference->kernel, "exec-4242-7");
   EXPECT_EQ(to_unix_ms(*reference->last_used_at), to_unix_ms(clock_.now()));
   auto all = store->sandbox_references();
   ASSERT_EQ(all->size(), 1u);

@@ -46,6 +46,7 @@ class LocalProcess final : public Process {
 
   Result<StepResult> step(const StepRequest& request) override;
   bool alive() override;
+  const std::string& id() const override { return parts_.exec; }
 
  private:
   Result<void> write_frame(std::string_view message);

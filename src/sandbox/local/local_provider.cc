@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -828,6 +829,13 @@ Result<NetworkActivity> LocalProvider::network_activity(std::string_view id) con
     return make_error(ErrorCode::kFailedPrecondition, "sandbox {} has no network", id);
   }
   return local::network_activity(proxy_socket(id), UINT64_MAX);
+}
+
+Result<void> LocalProvider::stop_process(std::string_view id, std::string_view process) {
+  // Named by what another process recorded: only an exec cgroup of the sandbox is one.
+  const auto execs = cgroups_->execs(id);
+  if (std::find(execs.begin(), execs.end(), process) == execs.end()) return {};  // gone
+  return cgroups_->remove_exec(id, process);
 }
 
 Result<int> LocalProvider::stop_commands(std::string_view id) {
