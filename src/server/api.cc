@@ -323,7 +323,12 @@ ApiResult<ApiReply> Api::asset(const ApiRequest& request) {
                    {{"Content-Security-Policy", std::string(kPagePolicy)}}};
 }
 
-ApiResult<ApiReply> Api::ready(const ApiRequest& request) {
+Api::Readiness Api::check_readiness() {
+  constexpr auto kFresh = std::chrono::seconds(1);
+  std::lock_guard lock(readiness_mutex_);
+  if (readiness_ && std::chrono::steady_clock::now() - readiness_->checked_at < kFresh) {
+    return *readiness_;
+  }
   nlohmann::json checks = nlohmann::json::object();
   std::vector<std::string> problems;
   auto check = [&](std::string_view name, const Result<void>& result) {
@@ -370,17 +375,21 @@ ApiResult<ApiReply> Api::ready(const ApiRequest& request) {
     return {};
   }());
   const std::string found = fmt::format("{}", fmt::join(problems, "; "));
-  {
-    std::lock_guard lock(readiness_mutex_);
-    if (found != logged_problems_) {
-      if (found.empty()) {
-        spdlog::info("ready again: the database, the history store and the sandboxes answer");
-      } else {
-        spdlog::warn("not ready: {}", found);
-      }
-      logged_problems_ = found;
+  if (found != logged_problems_) {
+    if (found.empty()) {
+      spdlog::info("ready again: the database, the history store and the sandboxes answer");
+    } else {
+      spdlog::warn("not ready: {}", found);
     }
+    logged_problems_ = found;
   }
+  readiness_ = Readiness{std::move(checks), std::move(problems), std::chrono::steady_clock::now()};
+  return *readiness_;
+}
+
+ApiResult<ApiReply> Api::ready(const ApiRequest& request) {
+  auto [checks, problems, ignored] = check_readiness();
+  const std::string found = fmt::format("{}", fmt::join(problems, "; "));
   if (problems.empty()) return json({{"status", "ready"}, {"checks", checks}});
   // Anyone may ask /readyz. Where the server has users, what failed (a database's host and
   // port, a path) is told only to a signed-in caller; anyone else learns which check failed.

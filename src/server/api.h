@@ -4,6 +4,7 @@
 // is in the OpenAPI document (openapi.yaml).
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -141,8 +142,18 @@ class Api {
 
   Services services_;
   std::string openapi_;  // the document, as JSON text
-  // What /readyz last found wrong, logged once each time it changes (probes ask every few s).
+  // /readyz's last checks, held while one runs and shared by the probes of the next second:
+  // anyone may ask, and a storm of probes opens one database connection, not one each (nor
+  // holds every handler thread for the database's connect timeout). What they found wrong is
+  // logged once each time it changes.
+  struct Readiness {
+    nlohmann::json checks;
+    std::vector<std::string> problems;
+    std::chrono::steady_clock::time_point checked_at;
+  };
+  Readiness check_readiness();
   std::mutex readiness_mutex_;
+  std::optional<Readiness> readiness_;
   std::string logged_problems_;
 };
 
