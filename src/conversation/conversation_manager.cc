@@ -646,17 +646,20 @@ sandbox::Process* LazySandbox::kernel() {
 
 Result<sandbox::Process*> LazySandbox::start_kernel(const sandbox::ExecRequest& request) {
   manager_.drop_residents(turn_.conversation_id);
-  ASSIGN_OR_RETURN(auto started, on_sandbox("stopped", [&](const std::string& id) {
-                     // A kernel another quarry process started here (it ran a turn since):
-                     // no one can reach it now, and it holds memory the sandbox's limit counts.
-                     if (const auto& other = turn_.reference.kernel; !other.empty()) {
-                       if (auto stopped = manager_.provider_.stop_process(id, other); !stopped) {
-                         spdlog::warn("conversation {}: stopping the kernel {} of sandbox {}: {}",
-                                      turn_.conversation_id, other, id, stopped.error().message);
-                       }
-                     }
-                     return manager_.provider_.start(id, request);
-                   }));
+  ASSIGN_OR_RETURN(
+      auto started,
+      on_sandbox(
+          "stopped", [&](const std::string& id) -> Result<std::unique_ptr<sandbox::Process>> {
+            // A kernel another quarry process started here (it ran a turn since): no one can reach
+            // it now, and it holds memory the sandbox's limit counts. Two are not left to share it.
+            if (const auto& other = turn_.reference.kernel; !other.empty()) {
+              if (auto stopped = manager_.provider_.stop_process(id, other); !stopped) {
+                return std::unexpected(stopped.error().with_context(
+                    "stopping the Python kernel another quarry process started in the sandbox"));
+              }
+            }
+            return manager_.provider_.start(id, request);
+          }));
   turn_.reference.kernel = started->id();
   RETURN_IF_ERROR(manager_.history_.set_sandbox_reference(turn_.conversation_id, turn_.reference));
   return manager_.keep_resident(turn_, std::move(started));

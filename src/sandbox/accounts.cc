@@ -71,6 +71,11 @@ Result<std::unique_ptr<Process>> ProviderAccounts::start(std::string_view id,
   return provider->start(id, request);
 }
 
+Result<void> ProviderAccounts::stop_process(std::string_view id, std::string_view process) {
+  ASSIGN_OR_RETURN(auto* provider, owner(id));
+  return provider->stop_process(id, process);
+}
+
 Result<int> ProviderAccounts::stop_commands(std::string_view id) {
   ASSIGN_OR_RETURN(auto* provider, owner(id));
   return provider->stop_commands(id);

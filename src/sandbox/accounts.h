@@ -34,6 +34,7 @@ class ProviderAccounts final : public SandboxProvider {
   Result<void> prepare(std::string_view id, const PrepareSpec& spec) override;
   Result<ExecResult> exec(std::string_view id, const ExecRequest& request) override;
   Result<std::unique_ptr<Process>> start(std::string_view id, const ExecRequest& request) override;
+  Result<void> stop_process(std::string_view id, std::string_view process) override;
   Result<int> stop_commands(std::string_view id) override;
   Result<void> write_file(std::string_view id, std::string_view path,
                           std::istream& content) override;

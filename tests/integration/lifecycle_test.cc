@@ -126,6 +126,45 @@ TEST(Exec, CommandsStoppedAsTheyStartEnd) {
   }
   EXPECT_EQ(host_processes_of(sandbox.id()).size(), 1u);  // init alone
 }
+
+// A process another quarry process started (a kernel named in the history) is stopped by the
+// name it was given; the names come from the history, so nothing but a command of one of
+// quarry's sandboxes is ever stopped by them, and one that is gone needs nothing.
+TEST(Exec, AProcessIsStoppedByItsIdAndByNothingElse) {
+  ScopedSandbox sandbox;
+  sandbox::ExecRequest request;
+  request.argv = {"sleep", "1000"};
+  auto started = provider().start(sandbox.id(), request);
+  ASSERT_TRUE(started) << started.error().message;
+  auto other = provider().start(sandbox.id(), request);
+  ASSERT_TRUE(other) << other.error().message;
+  EXPECT_NE((*started)->id(), (*other)->id());
+
+  for (const auto& [id, process] : std::vector<std::pair<std::string, std::string>>{
+           {"..", "init"}, {"/sys/fs/cgroup", "init"}, {"../" + sandbox.id(), (*started)->id()}}) {
+    SCOPED_TRACE(id);
+    auto refused = provider().stop_process(id, process);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::kNotFound);
+  }
+  // Not a command: init, the network proxy, a path.
+  for (const char* process : {"init", "proxy", "..", "../..", ""}) {
+    SCOPED_TRACE(process);
+    EXPECT_TRUE(provider().stop_process(sandbox.id(), process));
+  }
+  EXPECT_TRUE((*started)->alive());
+  EXPECT_EQ(host_processes_of(sandbox.id()).size(), 3u);  // init and both commands
+
+  ASSERT_TRUE(provider().stop_process(sandbox.id(), (*started)->id()));
+  for (int wait = 0; wait < 500 && (*started)->alive(); ++wait)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE((*started)->alive());
+  EXPECT_TRUE((*other)->alive());
+  // Gone already, or its sandbox gone: nothing to do.
+  EXPECT_TRUE(provider().stop_process(sandbox.id(), (*started)->id()));
+  EXPECT_TRUE(provider().stop_process("0123456789ab", (*started)->id()));
+}
+
 TEST(Exec, ConcurrentExecsAreMeteredSeparately) {
   ScopedSandbox sandbox;
   Result<sandbox::ExecResult> big, small;

@@ -218,7 +218,8 @@ LocalProvider::LocalProvider(SandboxConfig config, LocalProviderOptions options,
       state_(options_.state_dir),
       snapshots_(options_.state_dir / "sandboxes"),
       images_(options_.cache_dir),
-      cgroups_(std::move(cgroups)) {}
+      cgroups_(std::move(cgroups)),
+      exec_prefix_(fmt::format("{}.{:06x}", ::getpid(), random_bits() & 0xffffff)) {}
 
 Result<std::unique_ptr<LocalProvider>> LocalProvider::open(const SandboxConfig& config,
                                                            LocalProviderOptions options) {
@@ -639,7 +640,7 @@ Result<LocalProvider::Launched> LocalProvider::launch(std::string_view id,
   // Each exec gets its own cgroup under the sandbox: its peak memory, OOM kills and CPU time
   // are its own, and killing it on timeout kills everything it started.
   Launched launched{*cgroups_, std::string(id),
-                    fmt::format("exec-{}-{}", ::getpid(), exec_counter_++)};
+                    fmt::format("exec-{}-{}", exec_prefix_, exec_counter_++)};
   launched.memory_limit_bytes = sandbox.record.resources.memory_bytes;
   ASSIGN_OR_RETURN(auto procs, cgroups_->create_exec(id, launched.exec,
                                                      cgroup_limits(sandbox.record.resources)));
@@ -832,7 +833,13 @@ Result<NetworkActivity> LocalProvider::network_activity(std::string_view id) con
 }
 
 Result<void> LocalProvider::stop_process(std::string_view id, std::string_view process) {
-  // Named by what another process recorded: only an exec cgroup of the sandbox is one.
+  // Both named by what the history recorded: only a sandbox of quarry's, and only an exec cgroup
+  // of it, is stopped.
+  if (auto record = state_.load(id); !record) {
+    return record.error().code == ErrorCode::kNotFound && valid_sandbox_id(id)
+               ? Result<void>{}  // the sandbox, and so the process, is gone
+               : std::unexpected(record.error());
+  }
   const auto execs = cgroups_->execs(id);
   if (std::find(execs.begin(), execs.end(), process) == execs.end()) return {};  // gone
   return cgroups_->remove_exec(id, process);

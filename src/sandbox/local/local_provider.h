@@ -171,6 +171,10 @@ class LocalProvider final : public SandboxProvider {
   std::unique_ptr<CgroupDriver> cgroups_;
   std::mutex volume_mutex_;
   std::optional<SandboxVolume> volume_;
+  // Exec cgroups are named exec-<prefix>-<n>: the pid, and random bits for a process of the same
+  // pid in another pid namespace sharing the state directory. The names outlive the process
+  // (a kernel's is recorded in the history), so no two processes may make the same.
+  const std::string exec_prefix_;
   std::atomic<uint64_t> exec_counter_{0};
 };
 
