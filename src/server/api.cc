@@ -325,9 +325,22 @@ ApiResult<ApiReply> Api::asset(const ApiRequest& request) {
 
 Api::Readiness Api::check_readiness() {
   constexpr auto kFresh = std::chrono::seconds(1);
-  std::lock_guard lock(readiness_mutex_);
-  if (readiness_ && std::chrono::steady_clock::now() - readiness_->checked_at < kFresh) {
-    return *readiness_;
+  auto last = [&](bool fresh_only) -> std::optional<Readiness> {
+    std::lock_guard lock(readiness_mutex_);
+    if (!readiness_) return std::nullopt;
+    if (fresh_only && std::chrono::steady_clock::now() - readiness_->checked_at >= kFresh) {
+      return std::nullopt;
+    }
+    return readiness_;
+  };
+  if (auto fresh = last(true)) return *fresh;
+  std::unique_lock checking(readiness_check_mutex_, std::try_to_lock);
+  if (!checking) {
+    // Another probe checks now (a hung database takes its connect timeout): the last answer
+    // rather than another request thread waiting; only the first check is waited for.
+    if (auto earlier = last(false)) return *earlier;
+    checking.lock();
+    if (auto fresh = last(true)) return *fresh;
   }
   nlohmann::json checks = nlohmann::json::object();
   std::vector<std::string> problems;
@@ -375,6 +388,7 @@ Api::Readiness Api::check_readiness() {
     return {};
   }());
   const std::string found = fmt::format("{}", fmt::join(problems, "; "));
+  std::lock_guard lock(readiness_mutex_);
   if (found != logged_problems_) {
     if (found.empty()) {
       spdlog::info("ready again: the database, the history store and the sandboxes answer");

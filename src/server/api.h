@@ -142,17 +142,18 @@ class Api {
 
   Services services_;
   std::string openapi_;  // the document, as JSON text
-  // /readyz's last checks, held while one runs and shared by the probes of the next second:
-  // anyone may ask, and a storm of probes opens one database connection, not one each (nor
-  // holds every handler thread for the database's connect timeout). What they found wrong is
-  // logged once each time it changes.
+  // /readyz's last checks, shared by the probes of the next second, and by those that come while
+  // the next check runs: anyone may ask, and a storm of probes opens one database connection,
+  // not one each, and holds one request thread for the database's connect timeout. What they
+  // found wrong is logged once each time it changes.
   struct Readiness {
     nlohmann::json checks;
     std::vector<std::string> problems;
     std::chrono::steady_clock::time_point checked_at;
   };
   Readiness check_readiness();
-  std::mutex readiness_mutex_;
+  std::mutex readiness_check_mutex_;  // held by the probe that checks
+  std::mutex readiness_mutex_;        // guards readiness_ and logged_problems_
   std::optional<Readiness> readiness_;
   std::string logged_problems_;
 };

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "api_environment.h"
@@ -159,6 +160,23 @@ TEST(Health, ProbesAtOnceShareOneCheckOfTheDatabase) {
     EXPECT_EQ(answer.json["checks"]["history"], "ok") << answer.body;
   }
   EXPECT_EQ(database.accepted() - before, 1) << "connections the probes opened to the database";
+
+  // A second on, the answer is old: the next probe checks again, and one that comes while it
+  // waits on the database is answered at once with the last answer.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto checking =
+      std::async(std::launch::async, [&] { return ApiClient(server.url()).get("/readyz"); });
+  for (int i = 0; i < 200 && database.accepted() - before < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(database.accepted() - before, 2) << "the next check reached the database";
+  auto meanwhile = ApiClient(server.url()).get("/readyz");
+  EXPECT_EQ(meanwhile.status, 503) << meanwhile.body;
+  EXPECT_NE(meanwhile.json["checks"]["database"], "ok") << meanwhile.body;
+  EXPECT_EQ(checking.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the probe that came meanwhile waited for the check";
+  EXPECT_EQ(checking.get().status, 503);
+  EXPECT_EQ(database.accepted() - before, 2);
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 
