@@ -213,6 +213,35 @@ void HttpServer::stop_accepting() {
   });
 }
 
+class HttpServer::InFlight {
+ public:
+  explicit InFlight(HttpServer& server) : server_(&server) {
+    std::lock_guard lock(server_->in_flight_mutex_);
+    ++server_->in_flight_;
+  }
+  ~InFlight() { release(); }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  void release() {
+    if (!server_) return;
+    {
+      std::lock_guard lock(server_->in_flight_mutex_);
+      --server_->in_flight_;
+    }
+    server_->in_flight_changed_.notify_all();
+    server_ = nullptr;
+  }
+
+ private:
+  HttpServer* server_;
+};
+
+int HttpServer::wait_for_requests(std::chrono::milliseconds limit) {
+  std::unique_lock lock(in_flight_mutex_);
+  in_flight_changed_.wait_for(lock, limit, [this] { return in_flight_ == 0; });
+  return in_flight_;
+}
+
 void HttpServer::join() {
   pool_.join();
   daytona_pool_.join();
@@ -380,6 +409,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
       sent = co_await write_error(stream, prepared.error(), keep_alive, headers, timeout, method,
                                   path, head);
     } else {
+      InFlight in_flight(*this);
       ApiReply reply;
       if (daytona) {
         reply = co_await on(daytona_pool_, [&] { return daytona_->handle(api_request); });
@@ -397,6 +427,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
         const nlohmann::json nothing;
         sent = co_await write_json(stream, 200, nothing, no_headers, keep_alive, timeout, head);
       } else {
+        in_flight.release();  // a stream runs until its turn ends, or shutdown ends it
         sent = co_await send_events(stream, std::get<StreamReply>(reply), keep_alive);
       }
     }

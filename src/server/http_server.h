@@ -9,8 +9,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "server/api.h"
@@ -55,6 +57,9 @@ class HttpServer {
   void start();
   // Shutdown: no new connections; requests on open ones get 503.
   void stop_accepting();
+  // Shutdown: waits up to `limit` for the requests taken before it to be answered (a slow
+  // handler, a file still being sent); returns how many were not. Not from the I/O thread.
+  int wait_for_requests(std::chrono::milliseconds limit);
   // Waits for handlers still on the pool.
   void join();
 
@@ -90,6 +95,12 @@ class HttpServer {
   net::thread_pool pool_;
   net::thread_pool daytona_pool_;
   std::atomic<bool> stopping_{false};
+  // Requests being handled or answered (not event streams, which shutdown ends): shutdown lets
+  // them finish before the I/O loop stops.
+  class InFlight;
+  std::mutex in_flight_mutex_;
+  std::condition_variable in_flight_changed_;
+  int in_flight_ = 0;
   std::shared_ptr<spdlog::logger> access_log_;
 };
 

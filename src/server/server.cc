@@ -24,6 +24,10 @@
 namespace quarry::server {
 namespace {
 
+// How long shutdown waits for the requests taken before it (a handler waiting on a slow
+// database, a file being sent) to be answered.
+constexpr std::chrono::milliseconds kRequestsGrace{10'000};
+
 // Deletes idle sandboxes every `interval` until stopped.
 class Reaper {
  public:
@@ -276,6 +280,11 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
             spdlog::info("destroyed {} sandbox{}", *deleted, *deleted == 1 ? "" : "es");
           }
           if (heartbeat) heartbeat->leave();
+          // Requests taken before the signal are answered before the loop stops.
+          if (const int unanswered = http.wait_for_requests(kRequestsGrace); unanswered > 0) {
+            spdlog::warn("{} request{} still unanswered after {}: their connections are closed",
+                         unanswered, unanswered == 1 ? "" : "s", format_duration(kRequestsGrace));
+          }
           net::post(io, [&] {
             hub.close();
             // Streams write their last chunk; then the loop ends.

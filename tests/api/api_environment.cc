@@ -1,7 +1,10 @@
 #include "api_environment.h"
 
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -529,6 +532,40 @@ std::vector<StreamEvent> of_type(const std::vector<StreamEvent>& events, std::st
     if (event.type == type) found.push_back(event);
   }
   return found;
+}
+
+HungDatabase::HungDatabase() {
+  listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&address), length), 0);
+  EXPECT_EQ(::listen(listener_, 64), 0);
+  EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  port_ = ntohs(address.sin_port);
+  thread_ = std::thread([this] {
+    while (!stop_) {
+      pollfd ready{listener_, POLLIN, 0};
+      if (::poll(&ready, 1, 50) != 1) continue;
+      if (int connection = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC); connection >= 0) {
+        held_.push_back(connection);
+        ++accepted_;
+      }
+    }
+  });
+}
+
+HungDatabase::~HungDatabase() {
+  stop_ = true;
+  thread_.join();
+  for (int connection : held_)
+    ::close(connection);
+  ::close(listener_);
+}
+
+std::string HungDatabase::url() const {
+  return fmt::format("postgresql://quarry_reader@127.0.0.1:{}/analytics", port_);
 }
 
 }  // namespace quarry::testing

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
@@ -223,6 +224,27 @@ class BackgroundStream {
 // One connection kept open across requests (HTTP/1.1 keep-alive), as browsers and proxies keep
 // them: for what a server does with a connection it accepted before something changed. Records
 // its exchanges as ApiClient does.
+// A database server that takes connections and never answers (overloaded, or a firewall that
+// drops what follows the handshake): each connection waits out libpq's connect timeout.
+class HungDatabase {
+ public:
+  HungDatabase();
+  ~HungDatabase();
+  HungDatabase(const HungDatabase&) = delete;
+  HungDatabase& operator=(const HungDatabase&) = delete;
+  int accepted() const { return accepted_; }
+  // database.url for it.
+  std::string url() const;
+
+ private:
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_ = false;
+  std::atomic<int> accepted_ = 0;
+  std::vector<int> held_;  // the accepting thread's
+  std::thread thread_;
+};
+
 class KeptConnection {
  public:
   // Connects to the server now; fails the test if it cannot.

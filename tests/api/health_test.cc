@@ -2,12 +2,7 @@
 // is reachable: the database, the history store, the sandbox provider), which answers 503 with
 // what is wrong when something is not.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <future>
 #include <thread>
 
@@ -92,58 +87,12 @@ TEST(Health, WithUsersOnlyASignedInCallerIsToldWhatFailed) {
   EXPECT_NE(server.log().find("not ready: database: "), std::string::npos);
 }
 
-// A database server that takes connections and never answers (overloaded, or a firewall that
-// drops what follows the handshake): each connection waits out libpq's connect timeout.
-class HungDatabase {
- public:
-  HungDatabase() {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&address), length), 0);
-    EXPECT_EQ(::listen(listener_, 64), 0);
-    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    port_ = ntohs(address.sin_port);
-    thread_ = std::thread([this] {
-      while (!stop_) {
-        pollfd ready{listener_, POLLIN, 0};
-        if (::poll(&ready, 1, 50) != 1) continue;
-        if (int connection = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-            connection >= 0) {
-          held_.push_back(connection);
-          ++accepted_;
-        }
-      }
-    });
-  }
-  ~HungDatabase() {
-    stop_ = true;
-    thread_.join();
-    for (int connection : held_)
-      ::close(connection);
-    ::close(listener_);
-  }
-  int port() const { return port_; }
-  int accepted() const { return accepted_; }
-
- private:
-  int listener_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_ = false;
-  std::atomic<int> accepted_ = 0;
-  std::vector<int> held_;  // the accepting thread's
-  std::thread thread_;
-};
-
 // Anyone may ask /readyz, and a load balancer's probes, or anyone's, may come in a storm: while
 // the database hangs, they share one check (one connection, one connect timeout) rather than
 // each opening a connection and holding a request thread for its timeout.
 TEST(Health, ProbesAtOnceShareOneCheckOfTheDatabase) {
   HungDatabase database;
-  QuarryServer server({.database_url = fmt::format(
-                           "postgresql://quarry_reader@127.0.0.1:{}/analytics", database.port())});
+  QuarryServer server({.database_url = database.url()});
   ASSERT_TRUE(server.started());
   const int before = database.accepted();
   constexpr int kProbes = 6;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <future>
 #include <thread>
 
 #include "api_environment.h"
@@ -82,6 +83,27 @@ INSTANTIATE_TEST_SUITE_P(Lifecycle, ShutdownSignal, ::testing::Values(SIGTERM, S
                            return info.param == SIGTERM ? std::string("Sigterm")
                                                         : std::string("Sigint");
                          });
+
+// A request taken before shutdown began is answered before the server exits, however slow its
+// handler: here /readyz, waiting on a database that does not answer.
+TEST(Lifecycle, ARequestTakenBeforeShutdownIsAnswered) {
+  HungDatabase database;
+  QuarryServer server({.database_url = database.url()});
+  ASSERT_TRUE(server.started());
+  auto probe =
+      std::async(std::launch::async, [&] { return ApiClient(server.url()).get("/readyz"); });
+  for (int i = 0; i < 500 && database.accepted() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(database.accepted(), 1) << "the probe's check reached the database";
+
+  const int status = server.stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server.log();
+  auto answer = probe.get();
+  EXPECT_EQ(answer.status, 503) << answer.body;
+  EXPECT_EQ(answer.json["status"], "unavailable") << answer.body;
+  EXPECT_NE(answer.json["checks"]["database"], "ok") << answer.body;
+}
 
 TEST(Lifecycle, WhileShuttingDownNoNewRequestIsTaken) {
   QuarryServer server({.scenario = "slow_answer"});
