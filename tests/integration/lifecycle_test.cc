@@ -139,6 +139,10 @@ TEST(Exec, AProcessIsStoppedByItsIdAndByNothingElse) {
   auto other = provider().start(sandbox.id(), request);
   ASSERT_TRUE(other) << other.error().message;
   EXPECT_NE((*started)->id(), (*other)->id());
+  // A command joins its cgroups once init has forked it, after start returns.
+  for (int wait = 0; wait < 500 && host_processes_of(sandbox.id()).size() < 3; ++wait)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(host_processes_of(sandbox.id()).size(), 3u);  // init and both commands
 
   for (const auto& [id, process] : std::vector<std::pair<std::string, std::string>>{
            {"..", "init"}, {"/sys/fs/cgroup", "init"}, {"../" + sandbox.id(), (*started)->id()}}) {
