@@ -602,13 +602,12 @@ sandbox::Process* ConversationManager::resident(const TurnContext& turn) {
     std::lock_guard lock(residents_mutex_);
     auto found = residents_.find(turn.conversation_id);
     if (found == residents_.end()) return nullptr;
-    // Another quarry process sharing the history may have run a turn since, and started its
-    // own kernel there: this one's state is not what the conversation last had.
-    if (found->second.sandbox_id == turn.reference.sandbox_id &&
-        found->second.process->id() == turn.reference.kernel && found->second.process->alive()) {
-      return found->second.process.get();
+    // The reference names the kernel of the sandbox it names (a new sandbox has none); another
+    // quarry process sharing the history may have run a turn since, with its own kernel.
+    if (found->second->id() == turn.reference.kernel && found->second->alive()) {
+      return found->second.get();
     }
-    stale = std::move(found->second.process);
+    stale = std::move(found->second);
     residents_.erase(found);
   }
   return nullptr;  // `stale` is killed here, outside the lock
@@ -619,10 +618,9 @@ sandbox::Process* ConversationManager::keep_resident(const TurnContext& turn,
   std::unique_ptr<sandbox::Process> replaced;
   std::lock_guard lock(residents_mutex_);
   auto& slot = residents_[turn.conversation_id];
-  replaced = std::move(slot.process);
-  slot.sandbox_id = turn.reference.sandbox_id;
-  slot.process = std::move(process);
-  return slot.process.get();
+  replaced = std::move(slot);
+  slot = std::move(process);
+  return slot.get();
 }
 
 void ConversationManager::drop_residents(std::string_view conversation_id) {
@@ -631,7 +629,7 @@ void ConversationManager::drop_residents(std::string_view conversation_id) {
     std::lock_guard lock(residents_mutex_);
     for (auto it = residents_.begin(); it != residents_.end();) {
       if (conversation_id.empty() || it->first == conversation_id) {
-        dropped.push_back(std::move(it->second.process));
+        dropped.push_back(std::move(it->second));
         it = residents_.erase(it);
       } else {
         ++it;

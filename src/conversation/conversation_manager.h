@@ -158,12 +158,8 @@ class ConversationManager {
   std::unique_ptr<capacity::Scheduler> scheduler_;
   // The kernel processes this quarry process started in conversations' sandboxes, by
   // conversation; each turn uses only its own conversation's, so the lock guards only the map.
-  struct Resident {
-    std::string sandbox_id;
-    std::unique_ptr<sandbox::Process> process;
-  };
   std::mutex residents_mutex_;
-  std::map<std::string, Resident, std::less<>> residents_;
+  std::map<std::string, std::unique_ptr<sandbox::Process>, std::less<>> residents_;
 };
 
 // A running turn: holds the conversation's turn lock and its LazySandbox. Ending the turn

@@ -835,12 +835,10 @@ Result<NetworkActivity> LocalProvider::network_activity(std::string_view id) con
 Result<void> LocalProvider::stop_process(std::string_view id, std::string_view process) {
   // Both named by what the history recorded: only a sandbox of quarry's, and only an exec cgroup
   // of it, is stopped.
-  if (auto record = state_.load(id); !record) {
-    return record.error().code == ErrorCode::kNotFound && valid_sandbox_id(id)
-               ? Result<void>{}  // the sandbox, and so the process, is gone
-               : std::unexpected(record.error());
+  if (!valid_sandbox_id(id)) {
+    return make_error(ErrorCode::kNotFound, "no sandbox '{}' (sandbox ids are 12 hex digits)", id);
   }
-  const auto execs = cgroups_->execs(id);
+  const auto execs = cgroups_->execs(id);  // none when the sandbox is gone
   if (std::find(execs.begin(), execs.end(), process) == execs.end()) return {};  // gone
   return cgroups_->remove_exec(id, process);
 }
