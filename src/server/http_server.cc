@@ -492,6 +492,7 @@ net::awaitable<Sent> HttpServer::send_events(beast::tcp_stream& stream, const St
   bool open = !error && co_await send(retry);
   EventId position = plan.after;
   auto timer = std::make_shared<net::steady_timer>(io_);
+  auto watch = hub_.watch(plan.conversation_id);
   while (open) {
     auto batch = co_await on_pool([&] { return hub_.next(plan.conversation_id, position); });
     if (!batch) {

@@ -77,11 +77,13 @@ void StreamHub::record(LiveTurn& turn, conversation::StreamEvent event) {
         turn.conversation_id(), recorded.error().message);
   }
   std::lock_guard lock(mutex_);
-  auto& feed = feeds_[turn.conversation_id()];
+  auto found = feeds_.try_emplace(turn.conversation_id()).first;
+  auto& feed = found->second;
   // An ending turn's last events come after the next turn's first: the latest stays the latest.
   feed.latest = std::max(feed.latest, EventId{event.turn, event.seq});
   turn.events_.push_back(std::move(event));
   wake(feed.waiters);
+  forget_if_idle(found);  // a turn publishing after its end
 }
 
 void StreamHub::wake(std::vector<Waiter>& waiters) {
@@ -103,10 +105,39 @@ std::shared_ptr<LiveTurn> StreamHub::begin(const std::string& conversation_id, i
 
 void StreamHub::end(const LiveTurn& turn) {
   std::lock_guard lock(mutex_);
-  auto& feed = feeds_[turn.conversation_id()];
+  auto found = feeds_.find(turn.conversation_id());
+  if (found == feeds_.end()) return;
+  auto& feed = found->second;
   if (feed.live.get() == &turn) feed.live.reset();
   std::erase_if(feed.ending, [&](const auto& ending) { return ending.get() == &turn; });
   wake(feed.waiters);
+  forget_if_idle(found);
+}
+
+void StreamHub::forget_if_idle(Feeds::iterator feed) {
+  const auto& [id, state] = *feed;
+  if (!state.live && state.ending.empty() && state.waiters.empty() && state.watches == 0) {
+    feeds_.erase(feed);
+  }
+}
+
+StreamHub::Watch::Watch(StreamHub& hub, std::string conversation_id)
+    : hub_(hub), conversation_id_(std::move(conversation_id)) {
+  std::lock_guard lock(hub_.mutex_);
+  ++hub_.feeds_[conversation_id_].watches;
+}
+
+StreamHub::Watch::~Watch() {
+  std::lock_guard lock(hub_.mutex_);
+  auto found = hub_.feeds_.find(conversation_id_);
+  if (found == hub_.feeds_.end()) return;
+  --found->second.watches;
+  hub_.forget_if_idle(found);
+}
+
+size_t StreamHub::conversations() {
+  std::lock_guard lock(mutex_);
+  return feeds_.size();
 }
 
 std::optional<int> StreamHub::live_turn(const std::string& conversation_id) {
@@ -203,6 +234,7 @@ void StreamHub::disarm(const std::string& conversation_id, const Waiter& waiter)
   auto found = feeds_.find(conversation_id);
   if (found == feeds_.end()) return;
   std::erase(found->second.waiters, waiter);
+  forget_if_idle(found);
 }
 
 void StreamHub::heard(const std::string& conversation_id, EventId id) {
@@ -212,9 +244,11 @@ void StreamHub::heard(const std::string& conversation_id, EventId id) {
       wake(feed.waiters);
     return;
   }
-  // Kept even with no watcher yet: one arming after reading the history, but before this, must
-  // find the event newer than where it stands and read again.
-  auto& feed = feeds_[conversation_id];
+  // Kept for a watcher that read the history but has not armed yet: it must find the event
+  // newer than where it stands and read again. A conversation nobody here watches needs nothing.
+  auto found = feeds_.find(conversation_id);
+  if (found == feeds_.end()) return;
+  auto& feed = found->second;
   feed.latest = std::max(feed.latest, id);
   wake(feed.waiters);
 }

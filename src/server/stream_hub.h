@@ -85,6 +85,26 @@ class StreamHub {
   bool arm(const std::string& conversation_id, EventId after, const Waiter& waiter);
   void disarm(const std::string& conversation_id, const Waiter& waiter);
 
+  // A stream's hold on a conversation, from before its first next() to its end. While one is
+  // held the hub keeps the latest event it heard of there, which is what closes the gap
+  // between reading the history and arming; a conversation with no watch, no waiter and no
+  // running turn is forgotten, so a server's memory does not grow with every conversation it
+  // has streamed or heard of.
+  class [[nodiscard]] Watch {
+   public:
+    Watch(StreamHub& hub, std::string conversation_id);
+    ~Watch();
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+
+   private:
+    StreamHub& hub_;
+    std::string conversation_id_;
+  };
+  Watch watch(const std::string& conversation_id) { return Watch(*this, conversation_id); }
+  // The conversations the hub keeps state for (watched, waited on or running a turn).
+  size_t conversations();
+
   // For a turn that lost its process: its stream ends with a "done" event of status
   // "interrupted" (after the events it recorded), so a watcher resuming it is not left waiting.
   Result<void> end_interrupted(const std::string& conversation_id, int turn,
@@ -109,13 +129,17 @@ class StreamHub {
     std::vector<std::shared_ptr<LiveTurn>> ending;
     EventId latest;  // the last event published in this process, or heard of from another
     std::vector<Waiter> waiters;
+    int watches = 0;
   };
+  using Feeds = std::map<std::string, Feed>;
   void record(LiveTurn& turn, conversation::StreamEvent event);
+  // Under the mutex: drops the feed if nothing needs it any more.
+  void forget_if_idle(Feeds::iterator feed);
   static void wake(std::vector<Waiter>& waiters);
 
   conversation::HistoryStore& history_;
   std::mutex mutex_;
-  std::map<std::string, Feed> feeds_;
+  Feeds feeds_;
   bool closing_ = false;
 };
 

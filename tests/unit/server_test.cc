@@ -278,6 +278,68 @@ TEST(StreamHubTest, AWatcherOfATurnWhoseNextBeganStillGetsItsDone) {
   std::filesystem::remove_all(dir);
 }
 
+// A server lives for months and streams many conversations, and with several servers on one
+// history it hears of every event recorded anywhere: it must not keep something for each.
+TEST(StreamHubTest, ForgetsAConversationNobodyWatchesAndNoTurnRuns) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-hub-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ManualClock clock;
+  auto store = *conversation::SqliteHistoryStore::open(dir / "history.db", clock);
+  server::StreamHub hub(*store);
+  server::net::io_context io;
+  for (int i = 0; i < 20; ++i) {
+    const auto id = store->create_conversation("c")->id;
+    auto watch = hub.watch(id);
+    ASSERT_EQ(store->begin_turn(id, conversation::TurnKind::kCell), 1);
+    auto turn = hub.begin(id, 1);
+    turn->publish("done", {{"status", "completed"}});
+    auto timer = std::make_shared<server::net::steady_timer>(io);
+    ASSERT_TRUE(hub.arm(id, {1, 1}, timer));
+    hub.end(*turn);
+    hub.disarm(id, timer);
+    EXPECT_EQ(hub.conversations(), 1u) << "watched still";
+  }
+  for (int i = 0; i < 20; ++i) {
+    hub.heard(fmt::format("elsewhere-{}", i), {1, 1});  // recorded by another server
+  }
+  EXPECT_EQ(hub.conversations(), 0u);
+  std::filesystem::remove_all(dir);
+}
+
+// A watcher reads the history off the I/O thread, then arms on it. An event recorded between
+// the two wakes nobody: the watcher must still find it when it arms, even though nothing else
+// kept the conversation in the hub meanwhile.
+TEST(StreamHubTest, AnEventBetweenAWatchersReadAndItsArmingIsNotMissed) {
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-hub-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ManualClock clock;
+  auto store = *conversation::SqliteHistoryStore::open(dir / "history.db", clock);
+  const auto id = store->create_conversation("c")->id;
+  server::StreamHub hub(*store);
+  server::net::io_context io;
+  auto timer = std::make_shared<server::net::steady_timer>(io);
+  auto watch = hub.watch(id);
+
+  auto read = hub.next(id, {});
+  ASSERT_TRUE(read) << read.error().message;
+  EXPECT_TRUE(read->events.empty());
+  hub.heard(id, {1, 1});  // another server's turn
+  EXPECT_FALSE(hub.arm(id, read->position, timer)) << "it reads again";
+
+  const auto other = store->create_conversation("c")->id;
+  auto other_watch = hub.watch(other);
+  read = hub.next(other, {});
+  ASSERT_TRUE(read) << read.error().message;
+  ASSERT_EQ(store->begin_turn(other, conversation::TurnKind::kCell), 1);
+  auto turn = hub.begin(other, 1);
+  turn->publish("done", {{"status", "completed"}});
+  hub.end(*turn);
+  EXPECT_FALSE(hub.arm(other, read->position, timer)) << "a turn here, begun and ended meanwhile";
+  std::filesystem::remove_all(dir);
+}
+
 TEST(UnansweredCalls, AreAnsweredSoTheHistoryIsValidForTheModel) {
   auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-calls-{}", ::getpid());
   std::filesystem::remove_all(dir);
