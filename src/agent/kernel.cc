@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/tools.h"
+#include "common/json.h"
 #include "common/units.h"
 #include "conversation/context_filter.h"
 #include "sandbox/metering.h"
@@ -55,8 +56,7 @@ Result<sandbox::Process*> PythonKernel::start(conversation::LazySandbox& sandbox
   hello.message = frame({{"type", "hello"}});
   hello.timeout = kStartTimeout;
   auto ready = process->step(hello);
-  auto reply = ready && ready->reply ? nlohmann::json::parse(*ready->reply, nullptr, false)
-                                     : nlohmann::json();
+  auto reply = ready && ready->reply ? parse_json_or_discarded(*ready->reply) : nlohmann::json();
   if (!ready || !reply.is_object() || reply.value("type", "") != "ready") {
     sandbox.stop_kernel();
     std::string why = !ready ? ready.error().message
@@ -118,8 +118,7 @@ Result<KernelStep> PythonKernel::run(conversation::LazySandbox& sandbox, const K
   step.cancelled = ran->cancelled;
   auto& exec = step.exec;
   const std::vector<std::string> before = sandbox.kernel_names();
-  const auto reply =
-      ran->reply ? nlohmann::json::parse(*ran->reply, nullptr, false) : nlohmann::json();
+  const auto reply = ran->reply ? parse_json_or_discarded(*ran->reply) : nlohmann::json();
   if (reply.is_object() && reply.value("type", "") == "done") {
     const std::string status = reply.value("status", "error");
     exec.exit_code = status == "ok" ? 0 : 1;

@@ -14,6 +14,7 @@
 #include "agent/sse_parser.h"
 #include "agent/stream_assembler.h"
 #include "common/http_client.h"
+#include "common/json.h"
 #include "common/retry_policy.h"
 #include "common/url.h"
 
@@ -155,7 +156,7 @@ class OpenAiCompatibleClient final : public ModelClient {
           done = true;
           break;
         }
-        json chunk = json::parse(event.data, nullptr, /*allow_exceptions=*/false);
+        json chunk = parse_json_or_discarded(event.data);
         if (chunk.is_discarded()) {
           return make_error(ErrorCode::kInternal, "{} sent a stream event that is not JSON: {}",
                             base_url_.to_string(), shorten(event.data));
@@ -181,7 +182,7 @@ class OpenAiCompatibleClient final : public ModelClient {
       return assembler.take();
     }
     // A server that ignored "stream": true answers with one JSON object.
-    json parsed = json::parse(collected, nullptr, /*allow_exceptions=*/false);
+    json parsed = parse_json_or_discarded(collected);
     if (parsed.is_discarded()) {
       return std::unexpected(
           Failure{.error = {ErrorCode::kInternal,

@@ -1,5 +1,6 @@
 #include "agent/openai_protocol.h"
 
+#include "common/json.h"
 #include "common/random_id.h"
 #include "common/text.h"
 
@@ -46,7 +47,7 @@ Result<std::string> content_text(const json& content) {
 // ("not valid JSON"); no arguments are an empty object, as the tools read them.
 std::string replayed_arguments(const std::string& arguments) {
   if (arguments.empty()) return "{}";
-  if (json::parse(arguments, nullptr, false).is_object()) return arguments;
+  if (parse_json_or_discarded(arguments).is_object()) return arguments;
   return json{{"invalid_arguments", arguments}}.dump(-1, ' ', false,
                                                      json::error_handler_t::replace);
 }
@@ -185,7 +186,7 @@ void name_unnamed_tool_calls(ChatMessage& message) {
 
 std::string error_message_from_body(std::string_view body) {
   constexpr size_t kLimit = 500;
-  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  json parsed = parse_json_or_discarded(body);
   if (parsed.is_object()) {
     for (std::string_view key : {"error", "detail", "message"}) {
       auto found = parsed.find(key);
@@ -203,7 +204,7 @@ std::string error_message_from_body(std::string_view body) {
 }
 
 std::string error_code_from_body(std::string_view body) {
-  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  json parsed = parse_json_or_discarded(body);
   if (!parsed.is_object()) return {};
   auto error = parsed.find("error");
   if (error == parsed.end() || !error->is_object()) return {};

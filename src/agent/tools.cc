@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "common/file_util.h"
+#include "common/json.h"
 #include "common/units.h"
 #include "conversation/context_filter.h"
 #include "data/query.h"
@@ -181,8 +182,7 @@ ToolResult Toolbox::dispatch(const ToolCall& call, conversation::Turn& turn, con
     return failed(
         fmt::format("There is no tool '{}'. The tools are: {}.", name, fmt::join(names, ", ")));
   }
-  auto arguments = nlohmann::json::parse(arguments_text.empty() ? "{}" : arguments_text, nullptr,
-                                         /*allow_exceptions=*/false);
+  auto arguments = parse_json_or_discarded(arguments_text.empty() ? "{}" : arguments_text);
   if (arguments.is_discarded()) {
     return failed(fmt::format("{}: the arguments are not valid JSON: {}", name,
                               cut_middle_text(arguments_text)));

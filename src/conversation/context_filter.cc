@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "common/json.h"
 #include "common/text.h"
 
 namespace quarry::conversation {
@@ -20,7 +21,7 @@ void cut_arguments(nlohmann::json& tool_calls, size_t limit) {
     if (!call.contains("arguments") || !call["arguments"].is_string()) continue;
     const std::string text = call["arguments"].get<std::string>();
     if (text.size() <= limit) continue;
-    auto arguments = nlohmann::json::parse(text, nullptr, false);
+    auto arguments = parse_json_or_discarded(text);
     if (!arguments.is_object()) {
       call["arguments"] = nlohmann::json({{"omitted", cut_middle(text, limit)}}).dump();
       continue;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/json.h"
+
 namespace quarry::conversation {
 
 std::string_view to_string(TurnKind kind) {
@@ -60,7 +62,7 @@ std::string json_text(const nlohmann::json& value) {
 }
 
 nlohmann::json json_from_text(std::string_view text) {
-  auto value = nlohmann::json::parse(text, nullptr, false);
+  auto value = parse_json_or_discarded(text);
   return value.is_discarded() ? nlohmann::json(nullptr) : value;
 }
 

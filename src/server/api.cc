@@ -775,8 +775,15 @@ ApiResult<ApiReply> Api::read_artifact(const ApiRequest& request) {
   auto stored = owned_artifact(request, request.route.params.at("artifact_id"));
   if (!stored) return std::unexpected(stored.error());
   const auto& artifact = stored->record;
-  auto download = request.query.find("download");
-  const bool attachment = download != request.query.end() && download->second != "0";
+  bool attachment = false;
+  if (auto download = request.query.find("download"); download != request.query.end()) {
+    if (download->second != "0" && download->second != "1" && !download->second.empty()) {
+      return api_error(400, "invalid_parameter",
+                       "'download' is '{}'; use download=1 to save the file, or leave it out",
+                       download->second);
+    }
+    attachment = download->second != "0";
+  }
   return FileReply{stored->file,
                    std::string(content_type_of(artifact.type)),
                    {{"Content-Security-Policy", std::string(artifact_policy(artifact.type))},

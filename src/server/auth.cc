@@ -10,6 +10,7 @@
 #include "common/file_util.h"
 #include "common/random_id.h"
 #include "common/sha256.h"
+#include "common/text.h"
 #include "common/url.h"
 
 namespace quarry::server {
@@ -203,14 +204,18 @@ bool is_loopback_host_header(std::string_view host) {
 
 ApiResult<Identity> Authenticator::authenticate(const Credentials& credentials) {
   if (!tokens_) return Identity{"local", AuthMethod::kNone, {}, {}};
-  constexpr std::string_view kBearer = "Bearer ";
   if (!credentials.authorization.empty()) {
-    if (!credentials.authorization.starts_with(kBearer)) {
+    // "Bearer TOKEN"; the scheme's name is case-insensitive (RFC 9110, 11.1).
+    const std::string_view header = credentials.authorization;
+    const auto space = header.find(' ');
+    const auto scheme = header.substr(0, space);
+    if (space == std::string_view::npos ||
+        !boost::beast::iequals(boost::beast::string_view(scheme.data(), scheme.size()), "bearer")) {
       return api_error(401, "unauthorized",
                        "only bearer tokens are accepted: send 'Authorization: Bearer TOKEN' with "
                        "a token from quarry token create");
     }
-    auto user = tokens_->user_for(credentials.authorization.substr(kBearer.size()));
+    auto user = tokens_->user_for(trim_blanks(header.substr(space + 1)));
     if (!user) {
       return api_error(401, "unauthorized",
                        "the token is not valid (it may have been removed with quarry token rm); "

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <boost/beast/core/string.hpp>
 
+#include "common/json.h"
+
 namespace quarry::server {
 
 ApiResult<JsonBody> JsonBody::parse(std::string_view body, std::string_view content_type,
@@ -17,26 +19,22 @@ ApiResult<JsonBody> JsonBody::parse(std::string_view body, std::string_view cont
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     return JsonBody(nlohmann::json::object());
   }
-  try {
-    auto object = nlohmann::json::parse(body);
-    if (!object.is_object()) {
-      return api_error(400, "invalid_json", "the body must be a JSON object, not {}",
-                       object.type_name());
-    }
-    for (const auto& [name, value] : object.items()) {
-      if (std::find(fields.begin(), fields.end(), name) == fields.end()) {
-        return api_error(
-            400, "unknown_field", "unknown field '{}' (the fields here are: {})", name,
-            fields.size() == 0 ? std::string("none") : fmt::format("{}", fmt::join(fields, ", ")));
-      }
-    }
-    return JsonBody(std::move(object));
-  } catch (const nlohmann::json::parse_error& error) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 9: ..." without the tag.
-    std::string what = error.what();
-    if (auto tag = what.find("] "); tag != std::string::npos) what = what.substr(tag + 2);
-    return api_error(400, "invalid_json", "the body is not valid JSON: {}", what);
+  auto object = parse_json(body);
+  if (!object) {
+    return api_error(400, "invalid_json", "the body is not valid JSON: {}", object.error().message);
   }
+  if (!object->is_object()) {
+    return api_error(400, "invalid_json", "the body must be a JSON object, not {}",
+                     object->type_name());
+  }
+  for (const auto& [name, value] : object->items()) {
+    if (std::find(fields.begin(), fields.end(), name) == fields.end()) {
+      return api_error(
+          400, "unknown_field", "unknown field '{}' (the fields here are: {})", name,
+          fields.size() == 0 ? std::string("none") : fmt::format("{}", fmt::join(fields, ", ")));
+    }
+  }
+  return JsonBody(std::move(*object));
 }
 
 ApiResult<std::optional<std::string>> JsonBody::optional_string(std::string_view name,

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "agent/guidance.h"
+#include "common/json.h"
 #include "common/units.h"
 #include "data/database.h"
 #include "sandbox/metering.h"
@@ -21,7 +22,7 @@ using conversation::TurnStatus;
 
 // The arguments the model sent, as JSON when they are JSON.
 nlohmann::json arguments_json(const std::string& text) {
-  auto parsed = nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, false);
+  auto parsed = parse_json_or_discarded(text.empty() ? "{}" : text);
   return parsed.is_discarded() ? nlohmann::json(text) : parsed;
 }
 

@@ -61,6 +61,11 @@ TEST(BadRequests, EachGetsAClearErrorAndNothingStoredChanges) {
   const std::vector<Refusal> refusals = {
       {"malformed JSON", "POST", "/api/v1/conversations", R"({"title": )", json, 400,
        "invalid_json", "not valid JSON"},
+      {"a number past a double's range", "POST", "/api/v1/session", R"({"token": 1e400})", json,
+       400, "invalid_json", "number overflow"},
+      {"JSON nested deeper than anything quarry takes", "POST", "/api/v1/conversations",
+       R"({"network": {"mode": )" + std::string(100, '[') + std::string(100, ']') + "}}", json, 400,
+       "invalid_json", "nests deeper than 64 levels"},
       {"network on a server without any", "POST", "/api/v1/conversations",
        R"({"network": {"mode": "allowlist", "allow": ["pypi.org"]}})", json, 400, "invalid_field",
        "this server's sandboxes have no network"},
@@ -154,6 +159,14 @@ TEST(BadRequests, EachGetsAClearErrorAndNothingStoredChanges) {
     }
   }
 
+  // An artifact's download flag is 1 or 0, not anything else a client might guess.
+  const std::string artifact = before["artifacts"][0]["url"];
+  EXPECT_EQ(api.get(artifact + "?download=1").header("Content-Disposition").substr(0, 10),
+            "attachment");
+  auto guessed = api.get(artifact + "?download=false");
+  EXPECT_EQ(guessed.status, 400) << guessed.body;
+  EXPECT_EQ(guessed.json["error"]["code"], "invalid_parameter");
+
   // Not HTTP at all.
   auto garbage = raw_exchange(server.url(), "HELLO\r\n\r\n");
   EXPECT_TRUE(garbage.starts_with("HTTP/1.1 400 Bad Request\r\n")) << garbage;
@@ -180,6 +193,23 @@ TEST(BadRequests, EachGetsAClearErrorAndNothingStoredChanges) {
   EXPECT_EQ(with_packages.status, 201) << with_packages.body;
   EXPECT_EQ(with_packages.json["packages"], nlohmann::json::array({"tabulate==0.9.0"}));
   EXPECT_EQ(before.value("packages", nlohmann::json()), nlohmann::json::array()) << before;
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+// A body under server.max_body that nests a few hundred thousand levels: copying such a value
+// recurses once a level, and overflowed the handler thread's stack, taking every running turn
+// with the server.
+TEST(BadRequests, JsonNestedAsDeepAsTheBodyAllowsIsRefusedAndTheServerLives) {
+  QuarryServer server;
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const std::string deep =
+      R"({"network": {"mode": )" + std::string(300'000, '[') + std::string(300'000, ']') + "}}";
+  auto response =
+      api.send("POST", "/api/v1/conversations", deep, {{"Content-Type", "application/json"}});
+  EXPECT_EQ(response.status, 400) << response.body;
+  EXPECT_EQ(response.json["error"]["code"], "invalid_json") << response.body;
+  EXPECT_EQ(api.get("/healthz").status, 200);
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 

@@ -102,6 +102,12 @@ TEST(DaytonaApi, ErrorsHaveDaytonasShapes) {
   auto typed = api.post("/daytona/api/sandbox", {{"labels", {{"a", 1}}}});
   EXPECT_EQ(typed.status, 400);
   EXPECT_EQ(typed.json["message"], "labels.a must be a string");
+  auto flag = api.post("/daytona/api/sandbox", {{"networkBlockAll", "yes"}});
+  EXPECT_EQ(flag.status, 400) << flag.body;
+  EXPECT_EQ(flag.json["message"], "networkBlockAll must be a boolean value");
+  auto dockerfile = api.post("/daytona/api/sandbox", {{"buildInfo", {{"dockerfileContent", 1}}}});
+  EXPECT_EQ(dockerfile.status, 400) << dockerfile.body;
+  EXPECT_EQ(dockerfile.json["message"], "buildInfo.dockerfileContent must be a string");
   // Socket.IO is not served: the SDK watches a sandbox's state by polling instead.
   auto socket = api.get("/daytona/api/socket.io/?EIO=4&transport=websocket");
   EXPECT_EQ(socket.status, 404);

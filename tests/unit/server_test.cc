@@ -54,6 +54,9 @@ TEST(JsonBody, ReadsStrictlyAndSaysWhatIsWrong) {
       {"{}", "application/json", "missing_field", "'content' is required"},
       {R"({"content": "x"})", "text/plain", "unsupported_media_type", "application/json"},
       {"\"\xff\"", "application/json", "invalid_json", "not valid JSON"},
+      {R"({"content": 1e400})", "application/json", "invalid_json", "number overflow"},
+      {"{\"content\": " + std::string(65, '[') + std::string(65, ']') + "}", "application/json",
+       "invalid_json", "nests deeper than 64 levels"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.body);
@@ -170,6 +173,9 @@ TEST_F(TokensTest, TheFileKeepsOnlyHashesAndRemovingATokenEndsItsSessions) {
   Authenticator auth(std::make_unique<TokenStore>(path_), sessions);
   EXPECT_EQ(auth.authenticate({"Bearer " + *alice, ""})->user, "alice");
   EXPECT_EQ(auth.authenticate({"Bearer qry_nope", ""}).error().status, 401);
+  EXPECT_EQ(auth.authenticate({"bearer  " + *alice, ""})->user, "alice");  // any case, any spaces
+  EXPECT_EQ(auth.authenticate({"Basic " + *alice, ""}).error().status, 401);
+  EXPECT_EQ(auth.authenticate({"Bearer", ""}).error().status, 401);
   auto [id, session] = sessions.create("bob", *bob);
   auto cookie = "quarry_session=" + id;
   auto by_cookie = auth.authenticate({"", cookie});

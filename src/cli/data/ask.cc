@@ -9,6 +9,7 @@
 #include "agent/model_client.h"
 #include "cli/cancel_signals.h"
 #include "cli/data/data_room.h"
+#include "common/json.h"
 #include "common/units.h"
 #include "data/database.h"
 
@@ -17,7 +18,7 @@ namespace {
 
 // A one-line view of a tool call for the terminal: what it is about, not its full arguments.
 std::string describe_call(const agent::AgentEvent& event) {
-  auto arguments = nlohmann::json::parse(event.arguments, nullptr, false);
+  auto arguments = parse_json_or_discarded(event.arguments);
   auto text = [&](const char* key) -> std::string {
     if (!arguments.is_object() || !arguments.contains(key) || !arguments[key].is_string()) {
       return "";

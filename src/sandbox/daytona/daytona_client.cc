@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "common/json.h"
 #include "common/multipart.h"
 #include "common/units.h"
 
@@ -52,7 +53,7 @@ bool transient(int status) {
 }  // namespace
 
 std::string error_message(int status, std::string_view body) {
-  auto json = nlohmann::json::parse(body, nullptr, false);
+  auto json = parse_json_or_discarded(body);
   if (json.is_object()) {
     auto message = json.find("message");
     if (message != json.end() && message->is_string()) return message->get<std::string>();
@@ -150,7 +151,7 @@ Result<HttpResponse> DaytonaClient::send(const Call& call,
 Result<nlohmann::json> DaytonaClient::send_json(const Call& call) const {
   ASSIGN_OR_RETURN(auto response, send(call));
   if (response.body.empty()) return nlohmann::json();
-  auto json = nlohmann::json::parse(response.body, nullptr, false);
+  auto json = parse_json_or_discarded(response.body);
   if (json.is_discarded()) {
     return make_error(ErrorCode::kInternal, "daytona: {} {}: the answer is not JSON: {}",
                       call.method, call.path, error_message(response.status, response.body));
@@ -234,7 +235,7 @@ Result<Executed> DaytonaClient::execute(const Url& toolbox, std::string_view id,
                          .retry = false},
                         {408}));
   if (response.status == 408) return Executed{.exit_code = -1, .result = "", .timed_out = true};
-  auto json = nlohmann::json::parse(response.body, nullptr, false);
+  auto json = parse_json_or_discarded(response.body);
   if (!json.is_object()) {
     return make_error(ErrorCode::kInternal, "daytona: process/execute answered no JSON object: {}",
                       error_message(response.status, response.body));
@@ -298,7 +299,7 @@ Result<std::string> DaytonaClient::download(const Url& toolbox, std::string_view
       return std::string(part.data);
     }
     if (part.name == "error") {
-      auto error = nlohmann::json::parse(part.data, nullptr, false);
+      auto error = parse_json_or_discarded(part.data);
       int status = 500;
       if (error.is_object() && error.contains("statusCode") &&
           error["statusCode"].is_number_integer()) {

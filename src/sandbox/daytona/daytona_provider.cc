@@ -13,6 +13,7 @@
 #include <ostream>
 #include <thread>
 
+#include "common/json.h"
 #include "common/random_id.h"
 #include "common/text.h"
 #include "sandbox/metering.h"
@@ -114,7 +115,7 @@ Result<ExecResult> parse_probe_report(std::string_view output) {
                       "quarry's probe did not report (does the sandbox have python3?): {}",
                       shown.empty() ? "no output" : shown);
   }
-  auto json = nlohmann::json::parse(output.substr(at + kMarker.size()), nullptr, false);
+  auto json = parse_json_or_discarded(output.substr(at + kMarker.size()));
   if (!json.is_object()) {
     return make_error(ErrorCode::kInternal, "quarry's probe reported something that is not JSON");
   }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "common/json.h"
 #include "common/unix_socket.h"
 
 namespace quarry::sandbox::local {
@@ -173,7 +174,7 @@ Result<NetworkActivity> network_activity(const std::filesystem::path& control_so
   if (answer->empty() || answer->back() != '\n') {
     return fail(fmt::format("gave an answer cut short or longer than {} bytes", kMaxAnswer));
   }
-  auto json = nlohmann::json::parse(*answer, nullptr, false);
+  auto json = parse_json_or_discarded(*answer);
   try {
     NetworkActivity activity;
     json.at("allowed").get_to(activity.allowed);

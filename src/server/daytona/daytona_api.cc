@@ -11,6 +11,7 @@
 #include <spanstream>
 #include <sstream>
 
+#include "common/json.h"
 #include "common/multipart.h"
 #include "common/text.h"
 #include "common/units.h"
@@ -137,11 +138,11 @@ ApiResult<nlohmann::json> json_object(const ApiRequest& request) {
     return refuse(400,
                   fmt::format("the body must be application/json, not '{}'", request.content_type));
   }
-  auto parsed = nlohmann::json::parse(request.body, nullptr, false);
-  if (parsed.is_discarded() || !parsed.is_object()) {
-    return refuse(400, "the body is not a JSON object");
-  }
-  return parsed;
+  auto parsed = parse_json(request.body);
+  if (!parsed)
+    return refuse(400, fmt::format("the body is not valid JSON: {}", parsed.error().message));
+  if (!parsed->is_object()) return refuse(400, "the body is not a JSON object");
+  return std::move(*parsed);
 }
 
 // Typed fields of a body: absent and null are nullopt; another type is a 400 naming the field.
@@ -151,6 +152,13 @@ ApiResult<std::optional<std::string>> string_field(const nlohmann::json& body,
   if (found == body.end() || found->is_null()) return std::nullopt;
   if (!found->is_string()) return refuse(400, fmt::format("{} must be a string", name));
   return found->get<std::string>();
+}
+
+ApiResult<std::optional<bool>> bool_field(const nlohmann::json& body, std::string_view name) {
+  auto found = body.find(name);
+  if (found == body.end() || found->is_null()) return std::nullopt;
+  if (!found->is_boolean()) return refuse(400, fmt::format("{} must be a boolean value", name));
+  return found->get<bool>();
 }
 
 ApiResult<std::optional<int64_t>> int_field(const nlohmann::json& body, std::string_view name) {
@@ -461,7 +469,10 @@ ApiResult<ApiReply> DaytonaApi::create(const ApiRequest& request) {
   }
   if (build) {
     const auto& info = (*body)["buildInfo"];
-    const auto dockerfile = info.is_object() ? info.value("dockerfileContent", "") : "";
+    auto content = info.is_object() ? string_field(info, "dockerfileContent")
+                                    : ApiResult<std::optional<std::string>>(std::nullopt);
+    if (!content) return refuse(400, "buildInfo.dockerfileContent must be a string");
+    const std::string dockerfile = content->value_or("");
     std::istringstream lines(dockerfile);
     std::vector<std::string> instructions;
     for (std::string line; std::getline(lines, line);) {
@@ -519,7 +530,9 @@ ApiResult<ApiReply> DaytonaApi::create(const ApiRequest& request) {
                   "networkAllowList: quarry's sandboxes reach names, not addresses; list "
                   "domains in domainAllowList");
   }
-  if (body->value("networkBlockAll", false)) {
+  auto block_all = bool_field(*body, "networkBlockAll");
+  if (!block_all) return std::unexpected(block_all.error());
+  if (block_all->value_or(false)) {
     draft.network = NetworkPolicy{};
   } else if (domains->has_value() && !(*domains)->empty()) {
     std::vector<std::string> wanted;
@@ -575,7 +588,7 @@ ApiResult<ApiReply> DaytonaApi::list(const ApiRequest& request) {
     } else if (name == "name") {
       name_prefix = ascii_lower(value);
     } else if (name == "labels") {
-      auto parsed = nlohmann::json::parse(value, nullptr, false);
+      auto parsed = parse_json_or_discarded(value);
       if (parsed.is_discarded() || !parsed.is_object()) {
         return refuse(400, "labels must be a JSON object of strings");
       }
