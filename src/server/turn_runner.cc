@@ -165,7 +165,18 @@ Result<int> TurnRunner::start(const std::string& conversation_id, TurnKind kind,
                         "the server when it is back");
     }
     RETURN_IF_ERROR(manager_.scheduler().admit(static_cast<int>(queue_.size())));
+    ++starting_;
   }
+  struct Started {
+    TurnRunner& runner;
+    ~Started() {
+      {
+        std::lock_guard lock(runner.mutex_);
+        --runner.starting_;
+      }
+      runner.changed_.notify_all();
+    }
+  } started_guard{*this};
   // Sandbox events are streamed as they are recorded; the stream exists once the turn is begun.
   auto stream = std::make_shared<std::shared_ptr<LiveTurn>>();
   auto on_event = [stream](const conversation::Event& event) {
@@ -190,6 +201,12 @@ Result<int> TurnRunner::start(const std::string& conversation_id, TurnKind kind,
   const std::string user = shared_turn->owner();
   std::lock_guard lock(mutex_);
   running_[conversation_id] = running;
+  if (!cancel_all_.empty()) {
+    // Shutdown's grace ended while this turn began.
+    running->cancel_reason = cancel_all_;
+    const uint64_t one = 1;
+    (void)!::write(running->cancel.get(), &one, sizeof one);
+  }
   queue_.push_back(
       {user, [this, running, live, turn = std::move(shared_turn), job = std::move(job)]() mutable {
          Outcome outcome;
@@ -256,20 +273,21 @@ Result<int> TurnRunner::cancel(const std::string& conversation_id, std::string r
 void TurnRunner::shutdown(std::chrono::milliseconds grace) {
   std::unique_lock lock(mutex_);
   accepting_ = false;
-  if (!changed_.wait_for(lock, grace, [&] { return running_.empty(); })) {
-    spdlog::warn("{} turn{} still running after {}: cancelling", running_.size(),
-                 running_.size() == 1 ? "" : "s", format_duration(grace));
+  // Turns still beginning are waited for too: one taken just before is run like the others.
+  auto idle = [&] { return running_.empty() && starting_ == 0; };
+  if (!changed_.wait_for(lock, grace, idle)) {
+    spdlog::warn("{} turn{} still running after {}: cancelling", running_.size() + starting_,
+                 running_.size() + starting_ == 1 ? "" : "s", format_duration(grace));
+    cancel_all_ =
+        "cancelled: the server shut down before the turn finished (server.shutdown_grace)";
     const uint64_t one = 1;
     for (auto& [id, running] : running_) {
-      if (running->cancel_reason.empty()) {
-        running->cancel_reason =
-            "cancelled: the server shut down before the turn finished (server.shutdown_grace)";
-      }
+      if (running->cancel_reason.empty()) running->cancel_reason = cancel_all_;
       (void)!::write(running->cancel.get(), &one, sizeof one);
     }
     // A cancelled turn ends as soon as its model call or command notices; an export or a query
     // runs until its statement_timeout.
-    changed_.wait(lock, [&] { return running_.empty(); });
+    changed_.wait(lock, idle);
   }
   stopping_ = true;
   lock.unlock();

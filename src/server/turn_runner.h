@@ -101,7 +101,11 @@ class TurnRunner {
   std::deque<Queued> queue_;
   std::map<std::string, int> working_;                       // turns on a worker, by user
   std::map<std::string, std::shared_ptr<Running>> running_;  // by conversation
+  // Turns taken while accepting_ and still beginning (their lock, their row): shutdown waits
+  // for them to be running_ too, and cancels those that begin after it has cancelled the rest.
+  int starting_ = 0;
   bool accepting_ = true;
+  std::string cancel_all_;  // set by shutdown once the grace is over: the reason
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };

@@ -3,8 +3,12 @@
 // an idle sandbox is deleted by the server on its own; a SIGKILL in the middle of a command
 // leaves nothing that outlives the turn, and after a restart the conversation goes on with a
 // history a real model accepts. The same for `quarry ask` killed under its command.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/wait.h>
 
 #include <future>
@@ -14,6 +18,7 @@
 #include "child_process.h"
 #include "common/file_util.h"
 #include "common/http_client.h"
+#include "common/unique_fd.h"
 #include "common/url.h"
 #include "conversation/conversation_manager.h"
 #include "sandbox_environment.h"
@@ -103,6 +108,43 @@ TEST(Lifecycle, ARequestTakenBeforeShutdownIsAnswered) {
   EXPECT_EQ(answer.status, 503) << answer.body;
   EXPECT_EQ(answer.json["status"], "unavailable") << answer.body;
   EXPECT_NE(answer.json["checks"]["database"], "ok") << answer.body;
+}
+
+// A turn taken just before SIGTERM, still beginning when shutdown starts (here waiting for its
+// conversation's lock, which the reaper holds like this between turns), runs like a turn that
+// had begun: shutdown saw no turn running and left it queued with no worker, its stream ended
+// without "done", and the history said "failed".
+TEST(Lifecycle, ATurnStillBeginningWhenShutdownStartsRunsToItsEnd) {
+  QuarryServer server({.scenario = "slow_answer"});
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const auto id = api.create_conversation();
+  const auto lock_file = server.state_dir() / "turn-locks" / (id + ".lock");
+  std::filesystem::create_directories(lock_file.parent_path());
+  UniqueFd lock(::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  ASSERT_TRUE(lock);
+  ASSERT_EQ(::flock(lock.get(), LOCK_EX | LOCK_NB), 0);
+  // The server opens the lock file to try it: then the turn is past every check at the door.
+  UniqueFd opens(::inotify_init1(IN_CLOEXEC));
+  ASSERT_GE(::inotify_add_watch(opens.get(), lock_file.c_str(), IN_OPEN), 0);
+  BackgroundStream turn(api, "POST", fmt::format("/api/v1/conversations/{}/messages", id),
+                        R"({"content": "Answer slowly"})");
+  pollfd tried{opens.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&tried, 1, 10'000), 1) << "the turn tried the conversation's lock";
+
+  server.signal(SIGTERM);
+  for (int i = 0; i < 100 && server.log().find("SIGTERM: shutting down") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_NE(server.log().find("SIGTERM: shutting down"), std::string::npos) << server.log();
+  lock.reset();  // the reaper is done
+
+  auto done = turn.wait_for_type("done", std::chrono::seconds(30));
+  ASSERT_TRUE(done) << server.log();
+  EXPECT_EQ(done->data["status"], "completed") << done->data;
+  const int status = server.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << server.log();
 }
 
 TEST(Lifecycle, WhileShuttingDownNoNewRequestIsTaken) {
