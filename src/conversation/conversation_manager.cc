@@ -244,7 +244,7 @@ Result<std::vector<std::pair<std::string, int>>> ConversationManager::finish_int
 
 Result<void> ConversationManager::delete_conversation(std::string_view conversation_id) {
   ASSIGN_OR_RETURN(auto conversation, history_.conversation(conversation_id));
-  ASSIGN_OR_RETURN(auto lock, history_.try_lock_turn(conversation.id));
+  ASSIGN_OR_RETURN(auto lock, lock_for_turn(conversation.id));
   ASSIGN_OR_RETURN(auto reference, history_.sandbox_reference(conversation.id));
   const SandboxLifecycle state = state_of(reference);
   if ((holds_sandbox(state) || state == kStarting) && !reference.sandbox_id.empty()) {

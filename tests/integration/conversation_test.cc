@@ -220,6 +220,22 @@ TEST_F(ConversationTest, ATurnWaitsForALockHeldBetweenTurns) {
   EXPECT_EQ((*turn)->number(), 1);
 }
 
+// Deleting a conversation while the reaper holds its lock waits for it too: "a turn is running,
+// cancel it" would send the user to a cancel that finds no turn.
+TEST_F(ConversationTest, ADeleteWaitsForALockHeldBetweenTurns) {
+  auto id = history_->create_conversation("reaped meanwhile")->id;
+  auto held = history_->try_lock_turn(id);
+  ASSERT_TRUE(held);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    held->reset();
+  });
+  auto deleted = manager_->delete_conversation(id);
+  release.join();
+  ASSERT_TRUE(deleted) << deleted.error().message;
+  EXPECT_EQ(history_->conversation(id).error().code, ErrorCode::kNotFound);
+}
+
 // Many threads race for turns of one conversation; each turn checks, inside its sandbox, that
 // no other command of the conversation is running at the same time.
 TEST_F(ConversationTest, ConcurrentTurnsNeverShareTheSandbox) {
