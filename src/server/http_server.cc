@@ -506,8 +506,10 @@ net::awaitable<Sent> HttpServer::send_events(beast::tcp_stream& stream, const St
       bool ended = false;
       for (const auto& event : batch->events) {
         frames += sse_frame(event);
-        // A turn's own stream ends with its "done"; a follower's goes on.
-        ended = ended || (!plan.follow && event.type == "done" && event.turn == plan.after.turn);
+        // A turn's own stream ends with its "done" (a later turn read with it from the history
+        // is not sent); a follower's goes on.
+        ended = !plan.follow && event.type == "done" && event.turn == plan.after.turn;
+        if (ended) break;
       }
       open = co_await send(frames);
       if (ended) break;
