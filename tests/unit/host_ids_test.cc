@@ -70,7 +70,7 @@ ResourceLimits limits(double cpus, uint64_t memory) {
   return {.cpus = cpus, .memory_bytes = memory, .disk_bytes = 3, .pids = 1};
 }
 
-TEST_F(AdmissionTickets, ATicketCountsUntilItsSandboxHasARecordOrItEnds) {
+TEST_F(AdmissionTickets, ATicketCountsItsLimitsAndNamesItsSandboxUntilItEnds) {
   StateStore state(dir_);
   EXPECT_TRUE(state.admitting(std::chrono::minutes(1))->empty()) << "no directory yet";
   auto lock = state.lock_admissions();
@@ -81,20 +81,18 @@ TEST_F(AdmissionTickets, ATicketCountsUntilItsSandboxHasARecordOrItEnds) {
   auto counted = state.admitting(std::chrono::minutes(1));
   ASSERT_TRUE(counted) << counted.error().message;
   ASSERT_EQ(counted->size(), 2u);
-  EXPECT_EQ((*counted)[0].cpus + (*counted)[1].cpus, 1.5);
-  EXPECT_EQ((*counted)[0].memory_bytes + (*counted)[1].memory_bytes, 300u);
+  EXPECT_EQ((*counted)[0].limits.cpus + (*counted)[1].limits.cpus, 1.5);
+  EXPECT_EQ((*counted)[0].limits.memory_bytes + (*counted)[1].limits.memory_bytes, 300u);
+  EXPECT_EQ((*counted)[0].sandbox_id + (*counted)[1].sandbox_id, "") << "no id drawn yet";
 
-  // Named, it still counts while its sandbox has no record; with one, the record counts.
+  // Named, it says which sandbox it counts (whose record, once read, counts instead).
   const std::string id = "0123456789ab";
   const std::string named = state.name_ticket(*first, id);
   EXPECT_EQ(named, *first + "-" + id);
-  EXPECT_EQ(state.admitting(std::chrono::minutes(1))->size(), 2u);
-  std::filesystem::create_directories(state.sandbox_dir(id));
-  SandboxRecord record;
-  record.id = id;
-  ASSERT_TRUE(state.save(record));
-  ASSERT_EQ(state.admitting(std::chrono::minutes(1))->size(), 1u);
-  EXPECT_EQ(state.admitting(std::chrono::minutes(1))->front().memory_bytes, 200u);
+  counted = state.admitting(std::chrono::minutes(1));
+  ASSERT_EQ(counted->size(), 2u);
+  const auto& of_first = (*counted)[0].limits.memory_bytes == 100 ? (*counted)[0] : (*counted)[1];
+  EXPECT_EQ(of_first.sandbox_id, id);
 
   state.remove_ticket(named);
   state.remove_ticket(*second);

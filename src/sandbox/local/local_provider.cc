@@ -304,10 +304,14 @@ Result<std::unique_ptr<LocalProvider::Admission>> LocalProvider::admit(
   ASSIGN_OR_RETURN(auto admitting, state_.admitting(kTicketsLast));
   ASSIGN_OR_RETURN(auto records, state_.list());
   ResourceLimits committed{.cpus = 0, .memory_bytes = 0, .disk_bytes = 0, .pids = 0};
-  for (const auto& limits : admitting)
-    add(committed, limits);
-  for (const auto& record : records)
+  std::set<std::string> recorded;
+  for (const auto& record : records) {
     add(committed, record.resources);
+    recorded.insert(record.id);
+  }
+  for (const auto& ticket : admitting) {
+    if (!recorded.contains(ticket.sandbox_id)) add(committed, ticket.limits);
+  }
   RETURN_IF_ERROR(admit_to_host(host, options_.overcommit, committed, resources));
   RETURN_IF_ERROR(
       volume.admit(committed.disk_bytes, resources.disk_bytes, options_.overcommit.disk));

@@ -231,8 +231,8 @@ Result<UniqueFd> StateStore::lock_admissions() const {
   return lock;
 }
 
-Result<std::vector<ResourceLimits>> StateStore::admitting(std::chrono::seconds max_age) const {
-  std::vector<ResourceLimits> tickets;
+Result<std::vector<AdmissionTicket>> StateStore::admitting(std::chrono::seconds max_age) const {
+  std::vector<AdmissionTicket> tickets;
   const auto now = std::filesystem::file_time_type::clock::now();
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(admitting_dir_, error)) {
@@ -249,12 +249,11 @@ Result<std::vector<ResourceLimits>> StateStore::admitting(std::chrono::seconds m
       ::unlink(entry.path().c_str());
       continue;
     }
-    if (valid_sandbox_id(id) && std::filesystem::exists(sandbox_dir(id) / kRecordFile)) continue;
     auto text = read_file(entry.path());
     if (!text) continue;
     auto json = nlohmann::json::parse(*text, nullptr, false);
     try {
-      tickets.push_back(resources_from(json));
+      tickets.push_back({valid_sandbox_id(id) ? id : "", resources_from(json)});
     } catch (const nlohmann::json::exception&) {
       ::unlink(entry.path().c_str());  // not one quarry wrote (each is written whole)
     }

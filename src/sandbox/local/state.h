@@ -44,6 +44,12 @@ struct SandboxRecord {
   NetworkPolicy network;  // allowlist: its proxy runs in the sandbox's `proxy` cgroup
 };
 
+// A create in progress, as admission counts it: the sandbox's id once drawn (else empty).
+struct AdmissionTicket {
+  std::string sandbox_id;
+  ResourceLimits limits;
+};
+
 class StateStore {
  public:
   explicit StateStore(std::filesystem::path state_dir);
@@ -76,11 +82,12 @@ class StateStore {
   // is saved, a file <state>/admitting/<pid>-<n> with its limits, renamed to <pid>-<n>-<id>
   // once it has an id. Counting the tickets and adding one hold <state>/admitting/.lock.
   Result<UniqueFd> lock_admissions() const;
-  // The limits of the sandboxes being created that have no record yet: the tickets, each read
-  // before the record it names is looked for, so a sandbox whose record is being saved is
-  // counted once or twice, never not at all. A ticket whose process is gone, or older than
-  // `max_age`, is removed instead. Under lock_admissions.
-  Result<std::vector<ResourceLimits>> admitting(std::chrono::seconds max_age) const;
+  // The tickets of the sandboxes being created, with the ids they name. Read them before the
+  // records, and count a ticket only if its id is not among the records read: a sandbox whose
+  // record is saved in between is then counted once, by its ticket (a ticket is named before
+  // its record is saved). A ticket whose process is gone, or older than `max_age`, is removed
+  // instead. Under lock_admissions.
+  Result<std::vector<AdmissionTicket>> admitting(std::chrono::seconds max_age) const;
   // A ticket for `limits` (under lock_admissions); its name.
   Result<std::string> add_ticket(const ResourceLimits& limits) const;
   // The ticket renamed to name the sandbox's id: its new name (its old one if that failed).
