@@ -100,6 +100,11 @@ TEST_P(BrowserTest, AReloadMidTurnResumesTheStream) {
   browse(server, "reload.mjs");
 }
 
+TEST_P(BrowserTest, ABrokenConnectionIsPickedUpAgainAndARefusedQuestionIsKept) {
+  QuarryServer server({.scenario = "reconnect"});
+  browse(server, "connection.mjs");
+}
+
 TEST_P(BrowserTest, NotebookModeWithoutAModel) {
   QuarryServer server({.model_config = kNoModel});
   browse(server, "notebook.mjs");

@@ -1,7 +1,7 @@
 // The application's state: who is signed in, the server's info, the conversation list and the
 // route (from the location's hash: #/c/ID, #/load, #/load/ID).
 import { ApiError, api, useCsrfToken, type Conversation, type Info, type Session } from "./api";
-import { messageOf } from "./conversation";
+import { messageOf, unreachable } from "./conversation";
 import { Store } from "./store";
 
 export type Route =
@@ -16,7 +16,12 @@ export type SessionState =
 
 export const session = new Store<SessionState>({ status: "loading" });
 export const info = new Store<Info | null>(null);
-export const conversations = new Store<{ list: Conversation[]; next: string | null; error?: string }>({
+export const conversations = new Store<{
+  list: Conversation[];
+  next: string | null;
+  pages?: number;  // pages loaded: the first, and those of "More"
+  error?: string;
+}>({
   list: [],
   next: null,
 });
@@ -78,20 +83,44 @@ export async function signOut() {
   }
 }
 
+// The first page again (a turn started or ended, so the order changed). Pages loaded with "More"
+// stay below it, without the conversations the first page now has.
 export async function refreshConversations() {
   try {
     const page = await api.conversations();
-    conversations.set({ list: page.conversations, next: page.next_cursor });
+    conversations.update((state) => {
+      const pages = state.pages ?? 1;
+      if (pages === 1) return { list: page.conversations, next: page.next_cursor, pages };
+      const first = new Set(page.conversations.map((c) => c.id));
+      const rest = state.list.filter((c) => !first.has(c.id));
+      return { list: [...page.conversations, ...rest], next: state.next, pages };
+    });
   } catch (error) {
-    conversations.update((state) => ({ ...state, error: messageOf(error) }));
+    conversations.update((state) => ({ ...state, error: unreachable(error) }));
   }
 }
 
+let loadingMore = false;
+
 export async function moreConversations() {
   const { next } = conversations.value;
-  if (!next) return;
-  const page = await api.conversations(next);
-  conversations.update((state) => ({ list: [...state.list, ...page.conversations], next: page.next_cursor }));
+  if (!next || loadingMore) return;
+  loadingMore = true;
+  try {
+    const page = await api.conversations(next);
+    conversations.update((state) => {
+      const shown = new Set(state.list.map((c) => c.id));
+      return {
+        list: [...state.list, ...page.conversations.filter((c) => !shown.has(c.id))],
+        next: page.next_cursor,
+        pages: (state.pages ?? 1) + 1,
+      };
+    });
+  } catch (error) {
+    conversations.update((state) => ({ ...state, error: unreachable(error) }));
+  } finally {
+    loadingMore = false;
+  }
 }
 
 export async function newConversation() {

@@ -20,6 +20,11 @@ export class ConversationController {
   private open = true;
   private live?: TurnView;
   private history: TurnView[] = [];
+  // Whether the error shown is the last load's (a load that works clears it; an error of asking
+  // or running stays until the next action), and the next try.
+  private loadFailed = false;
+  private retry?: number;
+  private retryDelay = 0;
 
   // `changed` is told when the conversation's title or activity changed (for the list).
   constructor(
@@ -29,44 +34,65 @@ export class ConversationController {
     this.state = new Store<ConversationState>({ id, turns: [], running: false, missing: false });
   }
 
+  // Reads the conversation as it is now and follows its running turn, if any. When it cannot be
+  // read (the server is restarting, the network is down), the page keeps what it shows, says
+  // why, and tries again while it is open; a turn that ran meanwhile is picked up then.
   async load() {
+    window.clearTimeout(this.retry);
     try {
       const detail = await api.conversation(this.id);
       if (!this.open) return;
       this.history = turnsFromHistory(detail);
+      this.retryDelay = 0;
       const running = this.history.find((turn) => turn.status === "running");
       if (running && !this.stream) {
         // A turn runs (asked in another tab, or before a reload): replay it and follow it.
         this.history = this.history.filter((turn) => turn !== running);
         this.follow(running.number);
       }
-      // The streamed turn gives way to its record once the history has it.
-      const live = this.live;
-      if (live && this.history.some((turn) => turn.number === live.number)) this.live = undefined;
-      this.publish({ detail, error: undefined });
+      if (!this.stream) {
+        // Nothing streams: the finished turns are all from the history.
+        this.live = undefined;
+        this.publish({ detail, running: false, ...this.clearLoadError() });
+      } else {
+        // The streamed turn gives way to its record once the history has it.
+        const live = this.live;
+        if (live && this.history.some((turn) => turn.number === live.number)) this.live = undefined;
+        this.publish({ detail, ...this.clearLoadError() });
+      }
     } catch (error) {
+      if (!this.open) return;
       if (error instanceof ApiError && error.status === 404) {
         this.publish({ missing: true });
-      } else {
-        this.publish({ error: messageOf(error) });
+        return;
       }
+      const again = !(error instanceof ApiError) || error.status >= 500 || error.status === 429;
+      if (!again) {
+        this.failLoading(messageOf(error));
+        return;
+      }
+      this.retryDelay = Math.min(Math.max(1000, this.retryDelay * 2), 30_000);
+      this.failLoading(`${unreachable(error)}; trying again in ${this.retryDelay / 1000} s`);
+      this.retry = window.setTimeout(() => void this.load(), this.retryDelay);
     }
   }
 
+  // Resolves to false when the server refused the question (the error says why), so the composer
+  // can give it back.
   ask(content: string) {
-    return this.begin((onEvent, signal) => startTurn(this.id, { content }, onEvent, signal));
+    return this.begin((onEvent, signal) => startTurn(this.id, { content }, onEvent, signal), true);
   }
 
   runCell(kind: CellKind, code: string, filename: string) {
     const cell = kind === "sql_export" ? { kind, code, filename } : { kind, code };
-    return this.begin((onEvent, signal) => startTurn(this.id, cell, onEvent, signal));
+    return this.begin((onEvent, signal) => startTurn(this.id, cell, onEvent, signal), true);
   }
 
   async cancel() {
     try {
       await api.cancel(this.id);
     } catch (error) {
-      this.publish({ error: messageOf(error) });
+      this.fail(error);
     }
   }
 
@@ -74,6 +100,7 @@ export class ConversationController {
   // stream is aborted and nothing more is requested. The turn goes on without us.
   close() {
     this.open = false;
+    window.clearTimeout(this.retry);
     const stream = this.stream;
     this.stream = undefined;
     stream?.abort();
@@ -88,21 +115,33 @@ export class ConversationController {
     void this.load();
   }
 
+  // Starts a stream (`asked`: by the user, whose earlier error it replaces); resolves to false
+  // when it failed before its first event (refused, or the server was not reached).
   private async begin(
     start: (onEvent: (received: Received) => void, signal: AbortSignal) => Promise<void>,
-  ) {
+    asked: boolean,
+  ): Promise<boolean> {
     this.stream?.abort();
     const stream = new AbortController();
     this.stream = stream;
     this.live = undefined;
-    this.publish({ running: true, error: undefined });
+    this.publish({ running: true, ...(asked ? this.clearError() : this.clearLoadError()) });
+    let started = false;
+    let failed = false;
     try {
-      await start((received) => this.take(received), stream.signal);
+      await start((received) => {
+        started = true;
+        this.take(received);
+      }, stream.signal);
     } catch (error) {
-      if (!stream.signal.aborted) this.publish({ error: messageOf(error) });
+      if (!stream.signal.aborted) {
+        failed = true;
+        this.fail(error);
+      }
     } finally {
       if (this.stream === stream) await this.finish();
     }
+    return started || !failed;
   }
 
   private follow(turn: number) {
@@ -122,7 +161,7 @@ export class ConversationController {
       } catch (error) {
         if (!done.signal.aborted) throw error;
       }
-    });
+    }, false);
   }
 
   private take(received: Received) {
@@ -131,18 +170,52 @@ export class ConversationController {
     if (received.event.type === "turn_started") this.changed();
   }
 
+  // The stream ended (the turn is done, or the connection broke): the history says how the turn
+  // ended, or that it still runs, and then it is followed again.
   private async finish() {
     this.stream = undefined;
     await this.load();
-    this.live = undefined;
-    this.publish({ running: false });
     this.changed();
+  }
+
+  // An action's error. The server's refusal is shown until the next action, whatever loads
+  // meanwhile; a broken connection until the conversation can be read again (and its turn
+  // followed, if it still runs).
+  private fail(error: unknown) {
+    if (error instanceof ApiError) {
+      this.loadFailed = false;
+      this.publish({ error: messageOf(error) });
+    } else {
+      this.failLoading(unreachable(error));
+    }
+  }
+
+  // An error of reading from the server: shown until a load works.
+  private failLoading(message: string) {
+    this.loadFailed = true;
+    this.publish({ error: message });
+  }
+
+  private clearError(): Partial<ConversationState> {
+    this.loadFailed = false;
+    return { error: undefined };
+  }
+
+  private clearLoadError(): Partial<ConversationState> {
+    return this.loadFailed ? this.clearError() : {};
   }
 
   private publish(change: Partial<ConversationState>) {
     const turns = this.live ? [...this.history, this.live] : this.history;
     this.state.update((state) => ({ ...state, ...change, turns }));
   }
+}
+
+// What the page says of a request that failed: the server's message, or that it was not reached
+// (fetch's own words differ by browser: "Failed to fetch", "NetworkError when ...").
+export function unreachable(error: unknown): string {
+  if (error instanceof ApiError) return messageOf(error);
+  return `The server cannot be reached (${messageOf(error)})`;
 }
 
 export function messageOf(error: unknown): string {

@@ -1,6 +1,6 @@
 // Without a model the UI says so and still works as a notebook: an SQL export cell, then a
 // Python cell that reads what it exported, each metered like a step of the agent.
-import { assert, newConversation, noProblems, open, run, runCell, screenshot, turnEnded, url } from "./browser.mjs";
+import { assert, countIs, newConversation, noProblems, open, run, runCell, screenshot, turnEnded, url } from "./browser.mjs";
 
 await run(async (browser) => {
   const page = await open(browser);
@@ -40,5 +40,44 @@ await run(async (browser) => {
   await table.locator("tbody tr").first().waitFor();
   assert.match(await python.locator(".artifact-parquet .pager").innerText(), /rows 1–16 of 16/);
   await screenshot(page, "notebook", python);
-  noProblems(page);
+
+  // A page of the table that does not come (the network failed) leaves the table as it was,
+  // says so, and can be asked for again.
+  await page.route((address) => address.pathname.endsWith("/table") && address.searchParams.has("sort"),
+    (route) => route.abort(), { times: 1 });
+  await table.locator("th button").first().click();
+  const failed = python.locator(".artifact-parquet [role='alert']");
+  await failed.getByRole("button", { name: "Try again" }).waitFor();
+  assert.equal(await table.locator("tbody tr").count(), 16, "the rows shown stay");
+  await failed.getByRole("button", { name: "Try again" }).click();
+  await python.locator(".artifact-parquet .table-view[aria-busy='false'] th[aria-sort='ascending']").waitFor();
+  assert.equal(await failed.count(), 0);
+
+  // More conversations than a page: those "More" showed stay listed when a turn starts and
+  // ends (the list's first page is read again then), each once.
+  await page.evaluate(async () => {
+    const { csrf_token } = await (await fetch("/api/v1/session")).json();
+    for (let i = 0; i < 55; i++) {
+      await fetch("/api/v1/conversations", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", ...(csrf_token ? { "X-CSRF-Token": csrf_token } : {}) },
+        body: JSON.stringify({ title: `filler ${i}` }),
+      });
+    }
+  });
+  await page.reload();
+  const listed = page.locator(".sidebar li");
+  await countIs(listed, 50);
+  await page.getByRole("button", { name: "More" }).click();
+  await page.waitForFunction(() => document.querySelectorAll(".sidebar li").length > 50);
+  const shown = await listed.count();
+  await runCell(page, "python", "print('still listed')");
+  await turnEnded(page, 3);
+  // The list was read again: the conversation that ran a cell is the most recent now.
+  await listed.first().locator("a[aria-current='page']").waitFor();
+  assert.equal(await listed.count(), shown, "the pages shown stay shown");
+  const ids = await page.locator(".sidebar li a").evaluateAll((links) => links.map((link) => link.getAttribute("href")));
+  assert.equal(new Set(ids).size, ids.length, "each conversation is listed once");
+  // The table's page that the test made fail.
+  noProblems(page, [/Failed to load resource: net::ERR_FAILED/]);
 });

@@ -12,7 +12,8 @@ interface Props {
   running: boolean;
   modelAvailable: boolean;
   draft: Draft | null;
-  onAsk: (text: string) => void;
+  // Resolves to false when the question was not taken: it goes back in the box.
+  onAsk: (text: string) => Promise<boolean>;
   onCell: (kind: CellKind, code: string, filename: string) => void;
   onStop: () => void;
 }
@@ -52,9 +53,12 @@ export function Composer({ running, modelAvailable, draft, onAsk, onCell, onStop
   }, [focusFor]);
 
   const ask = () => {
-    if (running || question.trim() === "") return;
-    onAsk(question.trim());
+    const text = question.trim();
+    if (running || text === "") return;
     setQuestion("");
+    void onAsk(text).then((taken) => {
+      if (!taken) setQuestion((now) => (now === "" ? text : now));
+    });
   };
   const run = () => {
     if (running || code.trim() === "") return;
@@ -93,7 +97,8 @@ export function Composer({ running, modelAvailable, draft, onAsk, onCell, onStop
             placeholder="Ask about your data (Enter sends, Shift+Enter for a new line)"
             onInput={(event) => setQuestion(event.currentTarget.value)}
             onKeyDown={(event) => {
-              if (event.key === "Enter" && !event.shiftKey) {
+              // Enter that confirms an input method's candidate is not a send.
+              if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
                 event.preventDefault();
                 ask();
               }
@@ -146,7 +151,9 @@ export function Composer({ running, modelAvailable, draft, onAsk, onCell, onStop
       )}
       <div class="composer-actions">
         {running ? (
-          <button type="button" class="stop" onClick={onStop}>
+          // Send turns into Stop under the pointer: the second click of a double click on Send
+          // is not a Stop.
+          <button type="button" class="stop" onClick={(event) => event.detail < 2 && onStop()}>
             Stop
           </button>
         ) : (

@@ -104,7 +104,7 @@ export function ConversationPage({ id }: { id: string }) {
         running={state.running}
         modelAvailable={modelAvailable}
         draft={draft}
-        onAsk={(text) => void controller.ask(text)}
+        onAsk={(text) => controller.ask(text)}
         onCell={(kind, code, filename) => void controller.runCell(kind, code, filename)}
         onStop={() => void controller.cancel()}
       />

@@ -14,6 +14,7 @@ export function TableView({ artifact }: { artifact: Artifact }) {
   // The page shown and the request it answers: busy until the page answers the current one.
   const [shown, setShown] = useState<{ page: TablePage; request: string } | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const [attempt, setAttempt] = useState(0);
   const request = `${offset} ${sort?.column ?? ""} ${sort?.order ?? ""}`;
 
   useEffect(() => {
@@ -25,12 +26,26 @@ export function TableView({ artifact }: { artifact: Artifact }) {
     return () => {
       current = false;
     };
-  }, [artifact.id, request]);
+  }, [artifact.id, request, attempt]);
 
-  if (error) return <p class="error">{error}</p>;
-  if (!shown) return <p class="loading">Loading table…</p>;
+  // A page that failed keeps the table shown (if one was) and can be asked for again.
+  const failed = error && (
+    <p class="error" role="alert">
+      {error}{" "}
+      <button
+        class="link"
+        onClick={() => {
+          setError(null);
+          setAttempt(attempt + 1);
+        }}
+      >
+        Try again
+      </button>
+    </p>
+  );
+  if (!shown) return failed || <p class="loading">Loading table…</p>;
   const { page } = shown;
-  const busy = shown.request !== request;
+  const busy = !error && shown.request !== request;
   const sortBy = (column: string) => {
     setOffset(0);
     setSort(sort?.column === column && sort.order === "asc" ? { column, order: "desc" } : { column, order: "asc" });
@@ -69,6 +84,7 @@ export function TableView({ artifact }: { artifact: Artifact }) {
           </tbody>
         </table>
       </div>
+      {failed}
       <div class="pager">
         <span>
           {page.total_rows === 0 ? "no rows" : `rows ${page.offset + 1}–${last} of ${page.total_rows}`}
