@@ -204,36 +204,32 @@ TEST_F(ConversationTest, OneTurnAtATimePerConversation) {
   EXPECT_TRUE(manager_->begin_turn(id));
 }
 
-// The reaper, an eviction or shutdown holds a conversation's lock for a moment between turns:
-// a turn asked for meanwhile waits for it rather than being told a turn is running.
-TEST_F(ConversationTest, ATurnWaitsForALockHeldBetweenTurns) {
+// The reaper, an eviction or shutdown holds a conversation's lock for a moment between turns
+// (as delete_between_turns does): a turn asked for meanwhile waits for it rather than being
+// told a turn is running, and so does a delete (told so, the user would cancel, and the cancel
+// would find no turn).
+TEST_F(ConversationTest, ATurnAndADeleteWaitForALockHeldBetweenTurns) {
+  auto hold_briefly = [&](const std::string& id) {
+    auto held = history_->try_lock_turn(id);
+    EXPECT_TRUE(held);
+    return std::thread([held = std::move(held)]() mutable {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (held) held->reset();
+    });
+  };
   auto id = history_->create_conversation("evicted meanwhile")->id;
-  auto held = history_->try_lock_turn(id);  // as delete_between_turns holds it
-  ASSERT_TRUE(held);
-  std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    held->reset();
-  });
+  auto release = hold_briefly(id);
   auto turn = manager_->begin_turn(id);
   release.join();
   ASSERT_TRUE(turn) << turn.error().message;
   EXPECT_EQ((*turn)->number(), 1);
-}
 
-// Deleting a conversation while the reaper holds its lock waits for it too: "a turn is running,
-// cancel it" would send the user to a cancel that finds no turn.
-TEST_F(ConversationTest, ADeleteWaitsForALockHeldBetweenTurns) {
-  auto id = history_->create_conversation("reaped meanwhile")->id;
-  auto held = history_->try_lock_turn(id);
-  ASSERT_TRUE(held);
-  std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    held->reset();
-  });
-  auto deleted = manager_->delete_conversation(id);
+  auto reaped = history_->create_conversation("reaped meanwhile")->id;
+  release = hold_briefly(reaped);
+  auto deleted = manager_->delete_conversation(reaped);
   release.join();
   ASSERT_TRUE(deleted) << deleted.error().message;
-  EXPECT_EQ(history_->conversation(id).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(history_->conversation(reaped).error().code, ErrorCode::kNotFound);
 }
 
 // Many threads race for turns of one conversation; each turn checks, inside its sandbox, that

@@ -246,15 +246,30 @@ TEST(SseParser, KeepsTheLastEventId) {
 namespace quarry::agent {
 namespace {
 
+// A history in a directory of its own, removed with it.
+struct ScratchHistory {
+  explicit ScratchHistory(std::string_view name)
+      : dir(std::filesystem::temp_directory_path() /
+            fmt::format("quarry-{}-{}", name, ::getpid())) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    store = *conversation::SqliteHistoryStore::open(dir / "history.db", clock);
+  }
+  ~ScratchHistory() {
+    store.reset();
+    std::filesystem::remove_all(dir);
+  }
+  std::filesystem::path dir;
+  ManualClock clock;
+  std::unique_ptr<conversation::SqliteHistoryStore> store;
+};
+
 // "done" is published after the turn lock is released, so the next turn may begin first. A
 // watcher of the first turn read its finished events from the history, where "done" was not
 // yet, and went on to the next turn: its stream never ended.
 TEST(StreamHubTest, AWatcherOfATurnWhoseNextBeganStillGetsItsDone) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-hub-{}", ::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  ManualClock clock;
-  auto store = *conversation::SqliteHistoryStore::open(dir / "history.db", clock);
+  ScratchHistory history("hub");
+  auto& store = history.store;
   const auto id = store->create_conversation("c")->id;
   server::StreamHub hub(*store);
   ASSERT_EQ(store->begin_turn(id, conversation::TurnKind::kCell), 1);
@@ -281,17 +296,13 @@ TEST(StreamHubTest, AWatcherOfATurnWhoseNextBeganStillGetsItsDone) {
   ASSERT_EQ(next->events.size(), 1u);
   EXPECT_EQ(next->events[0].turn, 2);
   hub.end(*second);
-  std::filesystem::remove_all(dir);
 }
 
 // A server lives for months and streams many conversations, and with several servers on one
 // history it hears of every event recorded anywhere: it must not keep something for each.
 TEST(StreamHubTest, ForgetsAConversationNobodyWatchesAndNoTurnRuns) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-hub-{}", ::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  ManualClock clock;
-  auto store = *conversation::SqliteHistoryStore::open(dir / "history.db", clock);
+  ScratchHistory history("hub");
+  auto& store = history.store;
   server::StreamHub hub(*store);
   server::net::io_context io;
   for (int i = 0; i < 20; ++i) {
@@ -310,18 +321,14 @@ TEST(StreamHubTest, ForgetsAConversationNobodyWatchesAndNoTurnRuns) {
     hub.heard(fmt::format("elsewhere-{}", i), {1, 1});  // recorded by another server
   }
   EXPECT_EQ(hub.conversations(), 0u);
-  std::filesystem::remove_all(dir);
 }
 
 // A watcher reads the history off the I/O thread, then arms on it. An event recorded between
 // the two wakes nobody: the watcher must still find it when it arms, even though nothing else
 // kept the conversation in the hub meanwhile.
 TEST(StreamHubTest, AnEventBetweenAWatchersReadAndItsArmingIsNotMissed) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-hub-{}", ::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  ManualClock clock;
-  auto store = *conversation::SqliteHistoryStore::open(dir / "history.db", clock);
+  ScratchHistory history("hub");
+  auto& store = history.store;
   const auto id = store->create_conversation("c")->id;
   server::StreamHub hub(*store);
   server::net::io_context io;
@@ -343,15 +350,11 @@ TEST(StreamHubTest, AnEventBetweenAWatchersReadAndItsArmingIsNotMissed) {
   turn->publish("done", {{"status", "completed"}});
   hub.end(*turn);
   EXPECT_FALSE(hub.arm(other, read->position, timer)) << "a turn here, begun and ended meanwhile";
-  std::filesystem::remove_all(dir);
 }
 
 TEST(UnansweredCalls, AreAnsweredSoTheHistoryIsValidForTheModel) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("quarry-calls-{}", ::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  ManualClock clock;
-  auto store = *conversation::SqliteHistoryStore::open(dir / "history.db", clock);
+  ScratchHistory history("calls");
+  auto& store = history.store;
   auto id = store->create_conversation("c")->id;
   using conversation::Message;
   using conversation::Role;
@@ -382,7 +385,6 @@ TEST(UnansweredCalls, AreAnsweredSoTheHistoryIsValidForTheModel) {
   EXPECT_NE(messages[3].content.find("interrupted"), std::string::npos);
   EXPECT_EQ(messages[3].details["interrupted"], true);
   EXPECT_EQ(*close_unanswered_calls(*store, id), 0);  // once is enough
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
