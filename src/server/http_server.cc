@@ -215,31 +215,31 @@ void HttpServer::stop_accepting() {
 
 class HttpServer::InFlight {
  public:
-  explicit InFlight(HttpServer& server) : server_(&server) {
-    std::lock_guard lock(server_->in_flight_mutex_);
-    ++server_->in_flight_;
+  explicit InFlight(std::shared_ptr<InFlightCount> counted) : counted_(std::move(counted)) {
+    std::lock_guard lock(counted_->mutex);
+    ++counted_->count;
   }
   ~InFlight() { release(); }
   InFlight(const InFlight&) = delete;
   InFlight& operator=(const InFlight&) = delete;
   void release() {
-    if (!server_) return;
+    if (!counted_) return;
     {
-      std::lock_guard lock(server_->in_flight_mutex_);
-      --server_->in_flight_;
+      std::lock_guard lock(counted_->mutex);
+      --counted_->count;
     }
-    server_->in_flight_changed_.notify_all();
-    server_ = nullptr;
+    counted_->changed.notify_all();
+    counted_.reset();
   }
 
  private:
-  HttpServer* server_;
+  std::shared_ptr<InFlightCount> counted_;
 };
 
 int HttpServer::wait_for_requests(std::chrono::milliseconds limit) {
-  std::unique_lock lock(in_flight_mutex_);
-  in_flight_changed_.wait_for(lock, limit, [this] { return in_flight_ == 0; });
-  return in_flight_;
+  std::unique_lock lock(in_flight_->mutex);
+  in_flight_->changed.wait_for(lock, limit, [this] { return in_flight_->count == 0; });
+  return in_flight_->count;
 }
 
 void HttpServer::join() {
@@ -409,7 +409,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
       sent = co_await write_error(stream, prepared.error(), keep_alive, headers, timeout, method,
                                   path, head);
     } else {
-      InFlight in_flight(*this);
+      InFlight in_flight(in_flight_);
       ApiReply reply;
       if (daytona) {
         reply = co_await on(daytona_pool_, [&] { return daytona_->handle(api_request); });

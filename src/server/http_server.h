@@ -96,11 +96,15 @@ class HttpServer {
   net::thread_pool daytona_pool_;
   std::atomic<bool> stopping_{false};
   // Requests being handled or answered (not event streams, which shutdown ends): shutdown lets
-  // them finish before the I/O loop stops.
+  // them finish before the I/O loop stops. Shared with each request's coroutine: one still
+  // pending when the loop stops is destroyed with the io_context, after this server.
   class InFlight;
-  std::mutex in_flight_mutex_;
-  std::condition_variable in_flight_changed_;
-  int in_flight_ = 0;
+  struct InFlightCount {
+    std::mutex mutex;
+    std::condition_variable changed;
+    int count = 0;
+  };
+  std::shared_ptr<InFlightCount> in_flight_ = std::make_shared<InFlightCount>();
   std::shared_ptr<spdlog::logger> access_log_;
 };
 
