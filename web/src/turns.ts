@@ -32,6 +32,7 @@ export interface Step {
   stdout: string;
   stderr: string;
   outputCut: boolean;  // the live output stopped at the server's limit
+  shownCut: boolean;   // the live output is longer than the page keeps while the step runs
   artifacts: Artifact[];
 }
 
@@ -75,7 +76,7 @@ function cellOf(kind: string, call: { name: string; arguments: string }) {
 }
 
 function newStep(callId: string, tool: string, args: unknown): Step {
-  return { callId, tool, arguments: args, status: "running", stdout: "", stderr: "", outputCut: false, artifacts: [] };
+  return { callId, tool, arguments: args, status: "running", stdout: "", stderr: "", outputCut: false, shownCut: false, artifacts: [] };
 }
 
 function meteringOf(exec: Exec): Metering {
@@ -261,6 +262,7 @@ export function applyEvent(turn: TurnView | undefined, event: StreamEvent): Turn
       const step = stepIn(next, event.call_id);
       if (!step) break;
       const stream = event.stream === "stdout" ? "stdout" : "stderr";
+      if (step[stream].length + event.text.length > kOutputShown) step.shownCut = true;
       if (step[stream].length < kOutputShown) step[stream] = (step[stream] + event.text).slice(0, kOutputShown);
       if (event.truncated) step.outputCut = true;
       break;

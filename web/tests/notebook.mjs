@@ -53,6 +53,15 @@ await run(async (browser) => {
   await python.locator(".artifact-parquet .table-view[aria-busy='false'] th[aria-sort='ascending']").waitFor();
   assert.equal(await failed.count(), 0);
 
+  // Output longer than the page keeps while a step runs: the page says so, and shows all of it
+  // once the step has ended.
+  await runCell(page, "python", ["import sys, time", "sys.stdout.write('x' * 300_000 + '\\n')", "sys.stdout.flush()", "time.sleep(3)"].join("\n"));
+  const long = page.locator("li.turn[data-turn='3']");
+  await long.locator(".output-cut", { hasText: "longer than the page shows while the step runs" }).waitFor();
+  await turnEnded(page, 3);
+  assert.equal(await long.locator(".output-cut").count(), 0);
+  assert.equal((await long.locator("pre.stdout").textContent()).length, 300_001);
+
   // More conversations than a page: those "More" showed stay listed when a turn starts and
   // ends (the list's first page is read again then), each once.
   await page.evaluate(async () => {
@@ -72,7 +81,7 @@ await run(async (browser) => {
   await page.waitForFunction(() => document.querySelectorAll(".sidebar li").length > 50);
   const shown = await listed.count();
   await runCell(page, "python", "print('still listed')");
-  await turnEnded(page, 3);
+  await turnEnded(page, 4);
   // The list was read again: the conversation that ran a cell is the most recent now.
   await listed.first().locator("a[aria-current='page']").waitFor();
   assert.equal(await listed.count(), shown, "the pages shown stay shown");

@@ -111,6 +111,11 @@ export function StepView({ step, items, expanded, keepOpen, onEditCell }: Props)
                 The output was longer than the server keeps (sandbox.output_limit); the rest was cut off.
               </p>
             )}
+            {running && step.shownCut && !step.outputCut && (
+              <p class="hint output-cut">
+                The output so far is longer than the page shows while the step runs; all of it is shown when the step ends.
+              </p>
+            )}
           </div>
         )}
         {showContent ? (
