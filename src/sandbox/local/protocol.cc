@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "common/hex.h"
-#include "common/json.h"
 
 namespace quarry::sandbox::local::protocol {
 namespace {
@@ -151,7 +150,7 @@ Result<Message> receive(int socket, Deadline deadline) {
   }
   std::string payload(length, '\0');
   RETURN_IF_ERROR(read_exact(socket, payload.data(), payload.size(), deadline));
-  message.body = parse_json_or_discarded(payload);
+  message.body = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (message.body.is_discarded()) {
     return make_error(ErrorCode::kInternal, "a message was not valid JSON");
   }
