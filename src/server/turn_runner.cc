@@ -201,12 +201,7 @@ Result<int> TurnRunner::start(const std::string& conversation_id, TurnKind kind,
   const std::string user = shared_turn->owner();
   std::lock_guard lock(mutex_);
   running_[conversation_id] = running;
-  if (!cancel_all_.empty()) {
-    // Shutdown's grace ended while this turn began.
-    running->cancel_reason = cancel_all_;
-    const uint64_t one = 1;
-    (void)!::write(running->cancel.get(), &one, sizeof one);
-  }
+  if (!cancel_all_.empty()) running->request_cancel(cancel_all_);  // the grace ended meanwhile
   queue_.push_back(
       {user, [this, running, live, turn = std::move(shared_turn), job = std::move(job)]() mutable {
          Outcome outcome;
@@ -262,12 +257,16 @@ Result<int> TurnRunner::cancel(const std::string& conversation_id, std::string r
                       conversation_id);
   }
   Running& running = *found->second;
-  if (running.cancel_reason.empty()) running.cancel_reason = std::move(reason);
-  const uint64_t one = 1;
-  if (::write(running.cancel.get(), &one, sizeof one) < 0 && errno != EAGAIN) {
+  if (!running.request_cancel(reason)) {
     return errno_error("cancelling turn {} of conversation {}", running.number, conversation_id);
   }
   return running.number;
+}
+
+bool TurnRunner::Running::request_cancel(std::string_view reason) {
+  if (cancel_reason.empty()) cancel_reason = reason;
+  const uint64_t one = 1;
+  return ::write(cancel.get(), &one, sizeof one) >= 0 || errno == EAGAIN;
 }
 
 void TurnRunner::shutdown(std::chrono::milliseconds grace) {
@@ -280,11 +279,8 @@ void TurnRunner::shutdown(std::chrono::milliseconds grace) {
                  running_.size() + starting_ == 1 ? "" : "s", format_duration(grace));
     cancel_all_ =
         "cancelled: the server shut down before the turn finished (server.shutdown_grace)";
-    const uint64_t one = 1;
-    for (auto& [id, running] : running_) {
-      if (running->cancel_reason.empty()) running->cancel_reason = cancel_all_;
-      (void)!::write(running->cancel.get(), &one, sizeof one);
-    }
+    for (auto& [id, running] : running_)
+      running->request_cancel(cancel_all_);
     // A cancelled turn ends as soon as its model call or command notices; an export or a query
     // runs until its statement_timeout.
     changed_.wait(lock, idle);
