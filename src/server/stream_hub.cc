@@ -77,13 +77,14 @@ void StreamHub::record(LiveTurn& turn, conversation::StreamEvent event) {
         turn.conversation_id(), recorded.error().message);
   }
   std::lock_guard lock(mutex_);
-  auto found = feeds_.try_emplace(turn.conversation_id()).first;
-  auto& feed = found->second;
-  // An ending turn's last events come after the next turn's first: the latest stays the latest.
-  feed.latest = std::max(feed.latest, EventId{event.turn, event.seq});
+  const EventId id{event.turn, event.seq};
   turn.events_.push_back(std::move(event));
-  wake(feed.waiters);
-  forget_if_idle(found);  // a turn publishing after its end
+  // A running or ending turn has its feed; one publishing after its end wakes nobody.
+  auto found = feeds_.find(turn.conversation_id());
+  if (found == feeds_.end()) return;
+  // An ending turn's last events come after the next turn's first: the latest stays the latest.
+  found->second.latest = std::max(found->second.latest, id);
+  wake(found->second.waiters);
 }
 
 void StreamHub::wake(std::vector<Waiter>& waiters) {
