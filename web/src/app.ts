@@ -2,6 +2,7 @@
 // route (from the location's hash: #/c/ID, #/load, #/load/ID).
 import { ApiError, api, useCsrfToken, type Conversation, type Info, type Session } from "./api";
 import { messageOf, unreachable } from "./conversation";
+import { Backoff, worthRetrying } from "./retry";
 import { Store } from "./store";
 
 export type Route =
@@ -12,6 +13,7 @@ export type Route =
 export type SessionState =
   | { status: "loading" }
   | { status: "signed-out"; error?: string }
+  | { status: "unreachable"; error: string }
   | { status: "signed-in"; session: Session };
 
 export const session = new Store<SessionState>({ status: "loading" });
@@ -47,19 +49,44 @@ export function go(to: Route) {
 
 window.addEventListener("hashchange", () => route.set(parseRoute(location.hash)));
 
+const sessionRetry = new Backoff();
+const infoRetry = new Backoff();
+
+// Who is signed in, then the server's info and the conversations. A server that cannot be
+// reached (restarting, or the network is down) is not a reason to ask for a token: the page
+// says so and tries again.
 export async function start() {
+  sessionRetry.cancel();
+  let current: Session;
   try {
-    const current = await api.session();
-    useCsrfToken(current.csrf_token);
-    session.set({ status: "signed-in", session: current });
-    info.set(await api.info());
-    await refreshConversations();
+    current = await api.session();
   } catch (error) {
     if (error instanceof ApiError && error.status === 401) {
       session.set({ status: "signed-out" });
+    } else if (worthRetrying(error)) {
+      const seconds = sessionRetry.schedule(() => void start());
+      session.set({ status: "unreachable", error: `${unreachable(error)}; trying again in ${seconds} s` });
     } else {
       session.set({ status: "signed-out", error: messageOf(error) });
     }
+    return;
+  }
+  sessionRetry.reset();
+  useCsrfToken(current.csrf_token);
+  session.set({ status: "signed-in", session: current });
+  await Promise.all([loadInfo(), refreshConversations()]);
+}
+
+// The model the server asks (the bar, and whether a question can be asked). Tried again until
+// it is known; until then the page offers cells only.
+async function loadInfo() {
+  infoRetry.cancel();
+  try {
+    info.set(await api.info());
+    infoRetry.reset();
+  } catch (error) {
+    if (worthRetrying(error)) infoRetry.schedule(() => void loadInfo());
+    else notice.set(messageOf(error));
   }
 }
 

@@ -2,6 +2,7 @@
 // as events arrive. Asking, running a cell, cancelling, and picking up a turn that was running
 // when the page was loaded (its stream is replayed from its start, then followed).
 import { ApiError, api, followEvents, startTurn, type CellKind, type ConversationDetail, type Received } from "./api";
+import { Backoff, worthRetrying } from "./retry";
 import { Store } from "./store";
 import { applyEvent, turnsFromHistory, type TurnView } from "./turns";
 
@@ -23,8 +24,7 @@ export class ConversationController {
   // Whether the error shown is the last load's (a load that works clears it; an error of asking
   // or running stays until the next action), and the next try.
   private loadFailed = false;
-  private retry?: number;
-  private retryDelay = 0;
+  private readonly retry = new Backoff();
 
   // `changed` is told when the conversation's title or activity changed (for the list).
   constructor(
@@ -38,12 +38,12 @@ export class ConversationController {
   // read (the server is restarting, the network is down), the page keeps what it shows, says
   // why, and tries again while it is open; a turn that ran meanwhile is picked up then.
   async load() {
-    window.clearTimeout(this.retry);
+    this.retry.cancel();
     try {
       const detail = await api.conversation(this.id);
       if (!this.open) return;
       this.history = turnsFromHistory(detail);
-      this.retryDelay = 0;
+      this.retry.reset();
       const running = this.history.find((turn) => turn.status === "running");
       if (running && !this.stream) {
         // A turn runs (asked in another tab, or before a reload): replay it and follow it.
@@ -66,14 +66,12 @@ export class ConversationController {
         this.publish({ missing: true });
         return;
       }
-      const again = !(error instanceof ApiError) || error.status >= 500 || error.status === 429;
-      if (!again) {
+      if (!worthRetrying(error)) {
         this.failLoading(messageOf(error));
         return;
       }
-      this.retryDelay = Math.min(Math.max(1000, this.retryDelay * 2), 30_000);
-      this.failLoading(`${unreachable(error)}; trying again in ${this.retryDelay / 1000} s`);
-      this.retry = window.setTimeout(() => void this.load(), this.retryDelay);
+      const seconds = this.retry.schedule(() => void this.load());
+      this.failLoading(`${unreachable(error)}; trying again in ${seconds} s`);
     }
   }
 
@@ -100,7 +98,7 @@ export class ConversationController {
   // stream is aborted and nothing more is requested. The turn goes on without us.
   close() {
     this.open = false;
-    window.clearTimeout(this.retry);
+    this.retry.cancel();
     const stream = this.stream;
     this.stream = undefined;
     stream?.abort();

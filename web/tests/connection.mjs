@@ -1,4 +1,5 @@
-// The page's connection to the server breaks: in the middle of a turn (the page picks the turn up
+// The server cannot be reached as the page starts: the page says so and tries again, rather than
+// asking for a token. The page's connection to the server breaks: in the middle of a turn (the page picks the turn up
 // again, Stop and all), and for longer (it keeps what it showed, says it is trying again, and
 // sees the turn to its end once the server is back). And a question the server refuses stays
 // in the box, with the server's reason, after the page has reloaded the conversation.
@@ -41,9 +42,32 @@ async function relay(target) {
   };
 }
 
+const offline = [/Failed to fetch|network ?error|NetworkError|ERR_|aborted|Failed to load resource/i];
+
 await run(async (browser) => {
   const line = await relay(url);
   try {
+    {
+      const page = await open(browser);
+      const asked = { session: 0, info: 0 };
+      await page.route("**/api/v1/session", (route) =>
+        ++asked.session <= 2 ? route.abort("connectionrefused") : route.continue(),
+      );
+      await page.route("**/api/v1/info", (route) => (++asked.info <= 1 ? route.abort("connectionrefused") : route.continue()));
+      await page.goto(line.url);
+      const down = page.getByRole("alert").filter({ hasText: /^The server cannot be reached \(.+\); trying again in 1 s$/ });
+      await down.waitFor();
+      assert.equal(await page.getByLabel("Token").count(), 0, "an unreachable server is not a sign-in");
+      await screenshot(page, "connection-start");
+      await page.getByRole("alert").filter({ hasText: "trying again in 2 s" }).waitFor();
+      // Signed in once the session could be read; the model is shown once the info could be.
+      await page.getByRole("button", { name: "New conversation" }).first().waitFor();
+      await page.locator(".bar .model", { hasText: /^model: / }).waitFor();
+      assert.deepEqual(asked, { session: 3, info: 2 });
+      noProblems(page, offline);
+      await page.close();
+    }
+
     const page = await open(browser);
     await page.goto(line.url);
     const id = await newConversation(page);
@@ -93,7 +117,7 @@ await run(async (browser) => {
     assert.equal(await second.locator("pre.stdout").innerText(), "1\n2\n3\n4\n5\n");
     assert.match(await second.locator(".answer").innerText(), /counted from one to five again/);
     await page.getByRole("alert").waitFor({ state: "detached" });
-    noProblems(page, [/Failed to fetch|network ?error|NetworkError|ERR_|aborted|Failed to load resource/i]);
+    noProblems(page, offline);
   } finally {
     line.close();
   }

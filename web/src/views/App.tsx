@@ -14,6 +14,16 @@ export function App() {
   const current = useStore(session);
   if (current.status === "loading") return <p class="loading">Loading…</p>;
   if (current.status === "signed-out") return <SignIn error={current.error} />;
+  if (current.status === "unreachable") {
+    return (
+      <main class="signin">
+        <h1>quarry</h1>
+        <p class="error" role="alert">
+          {current.error}
+        </p>
+      </main>
+    );
+  }
   return <Shell user={current.session.user} canSignOut={current.session.method === "cookie"} />;
 }
 
