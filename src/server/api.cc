@@ -202,6 +202,10 @@ ApiReply Api::handle(const ApiRequest& request) {
     auto reply = dispatch(request);
     if (reply) return std::move(*reply);
     Headers headers;
+    if (reply.error().status == 401) {
+      // A token the sign-in refused.
+      headers.emplace_back("WWW-Authenticate", kBearerChallenge);
+    }
     if (reply.error().status == 429) {
       // The queue for sandboxes is full: when it might not be.
       headers.emplace_back("Retry-After",

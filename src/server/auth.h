@@ -95,6 +95,8 @@ class Sessions {
 };
 
 inline constexpr std::string_view kSessionCookie = "quarry_session";
+// What every 401 carries in WWW-Authenticate (RFC 9110, 15.5.2).
+inline constexpr std::string_view kBearerChallenge = "Bearer realm=\"quarry\"";
 inline constexpr std::string_view kCsrfHeader = "X-CSRF-Token";
 
 // What a request needs to say who it is.

@@ -403,7 +403,7 @@ net::awaitable<void> HttpServer::session(tcp::socket socket) {
     } else if (auto prepared = prepare(); !prepared) {
       Headers headers;
       if (prepared.error().status == 401) {
-        headers.emplace_back("WWW-Authenticate", "Bearer realm=\"quarry\"");
+        headers.emplace_back("WWW-Authenticate", kBearerChallenge);
       }
       if (prepared.error().status == 405) headers.emplace_back("Allow", allow);
       sent = co_await write_error(stream, prepared.error(), keep_alive, headers, timeout, method,

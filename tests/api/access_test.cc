@@ -279,6 +279,7 @@ TEST(Access, ABrowserSessionNeedsItsCsrfTokenForChanges) {
   ApiClient browser(server.url());
   auto bad = browser.post("/api/v1/session", {{"token", "qry_wrong"}});
   EXPECT_EQ(bad.status, 401);
+  EXPECT_EQ(bad.header("WWW-Authenticate"), "Bearer realm=\"quarry\"");  // RFC 9110, 15.5.2
   auto signed_in = browser.post("/api/v1/session", {{"token", server.token("alice")}});
   ASSERT_EQ(signed_in.status, 201) << signed_in.body;
   const std::string cookie_header = signed_in.header("Set-Cookie");
