@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <set>
 
 #include "common/units.h"
 
@@ -190,8 +192,9 @@ Result<Grant> Scheduler::acquire(const Request& request) {
   // then this waits again, in the same place in the queue.
   uint64_t key = 0;
   bool from_pool = false;
+  const auto deadline = since + options_.queue_timeout;
   for (;;) {
-    if (auto waited = wait_turn(lock, request, me, since + options_.queue_timeout); !waited) {
+    if (auto waited = wait_turn(lock, request, me, deadline); !waited) {
       leave_queue();
       return std::unexpected(waited.error());
     }
@@ -228,7 +231,15 @@ Result<Grant> Scheduler::acquire(const Request& request) {
       leave_queue();
       return std::unexpected(placed.error());
     }
+    // Refused though the view here had room: another server took the last place, or the view
+    // is wrong. Look again, and wait a slice before trying, so a view that stays wrong makes
+    // this wait (to its timeout or cancel), not spin on the shared store.
     look_elsewhere(lock, std::chrono::milliseconds(0));
+    if (auto may = may_wait(request, deadline); !may) {
+      leave_queue();
+      return std::unexpected(may.error());
+    }
+    changed_.wait_until(lock, std::min(deadline, SteadyClock::now() + kWaitSlice));
   }
   leave_queue();
 
@@ -334,16 +345,30 @@ Result<Grant> Scheduler::hold(const std::string& user, sandbox::SandboxSpec spec
   return grant;
 }
 
+Result<void> Scheduler::may_wait(const Request& request,
+                                 std::chrono::steady_clock::time_point deadline) {
+  if (stopping_) {
+    return make_error(ErrorCode::kUnavailable,
+                      "the server is shutting down and starts no more sandboxes; send it again "
+                      "to the server when it is back");
+  }
+  if (readable(request.cancel_fd)) {
+    return make_error(ErrorCode::kCancelled, "cancelled while waiting for a sandbox");
+  }
+  if (SteadyClock::now() >= deadline) {
+    ++timeouts_;
+    return std::unexpected(timed_out(request.user));
+  }
+  return {};
+}
+
 Result<void> Scheduler::wait_turn(Lock& lock, const Request& request, uint64_t me,
                                   std::chrono::steady_clock::time_point deadline) {
   QueuePosition told;
   SteadyClock::time_point told_at;
   for (;;) {
-    if (stopping_) {
-      return make_error(ErrorCode::kUnavailable,
-                        "the server is shutting down and starts no more sandboxes; send it again "
-                        "to the server when it is back");
-    }
+    // Checked first: a turn cancelled or out of time neither evicts nor starts a sandbox.
+    RETURN_IF_ERROR(may_wait(request, deadline));
     const auto ordered = order();
     const auto first = std::find_if(ordered.begin(), ordered.end(),
                                     [&](const Waiter* waiter) { return grantable(*waiter); });
@@ -365,13 +390,6 @@ Result<void> Scheduler::wait_turn(Lock& lock, const Request& request, uint64_t m
     }
     if (evict_for(lock, ordered, me)) continue;  // look again before waiting
     if (ask_elsewhere_for(lock, ordered, me)) continue;
-    if (SteadyClock::now() >= deadline) {
-      ++timeouts_;
-      return std::unexpected(timed_out(request.user));
-    }
-    if (readable(request.cancel_fd)) {
-      return make_error(ErrorCode::kCancelled, "cancelled while waiting for a sandbox");
-    }
     if (shared_ && SteadyClock::now() - looked_elsewhere_ >= kElsewhereInterval) {
       look_elsewhere(lock, kElsewhereInterval);  // another server may have freed a place
       continue;
@@ -790,7 +808,27 @@ void Scheduler::look_elsewhere(Lock& lock, std::chrono::milliseconds age) {
     if (moved) spdlog::debug("sandbox {} is no longer this server's to count", lease.sandbox_id);
     return moved;
   });
+  // A place of this server's that no lease holds was left behind: a free that failed, or a take
+  // whose answer was lost after it was made. Counted for nobody here, it would refuse every
+  // take while this server's view says there is room; it goes. (A lease freeing its place
+  // meanwhile frees it twice, which is harmless.)
+  std::set<std::string> leased;
+  for (const auto& [key, lease] : leases_)
+    leased.insert(place_key(key));
+  std::vector<std::string> left;
+  std::set_difference(held->own.begin(), held->own.end(), leased.begin(), leased.end(),
+                      std::back_inserter(left));
   elsewhere_ = std::move(*held);
+  if (!left.empty()) {
+    lock.unlock();
+    for (const auto& place : left) {
+      spdlog::info("freeing the shared place {}, which no sandbox of this server holds", place);
+      if (auto freed = shared->free_place(place, ""); !freed) {
+        spdlog::warn("freeing the shared place {} failed: {}", place, freed.error().message);
+      }
+    }
+    lock.lock();
+  }
   changed_.notify_all();
 }
 

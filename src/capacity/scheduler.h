@@ -214,6 +214,8 @@ class Scheduler {
   LeaseMap::iterator find(std::string_view sandbox_id);
 
   using Lock = std::unique_lock<std::mutex>;
+  // Why a waiter may wait no longer (shutdown, cancel, its deadline), if it may not.
+  Result<void> may_wait(const Request& request, std::chrono::steady_clock::time_point deadline);
   // In the queue until `me` is the first waiter that can be served (or the wait ends: shutdown,
   // timeout, cancel). Reports the place and makes room by eviction meanwhile.
   Result<void> wait_turn(Lock& lock, const Request& request, uint64_t me,

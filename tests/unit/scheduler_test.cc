@@ -557,6 +557,68 @@ TEST(Scheduler, LimitsHoldAcrossSchedulersSharingPlaces) {
   EXPECT_EQ(places.size(), 0u) << "every destroyed sandbox frees its place";
 }
 
+// Shared places whose every take is refused while the look at them says nothing is held: a view
+// that stays wrong.
+class RefusingPlaces final : public SharedPlaces {
+ public:
+  Result<bool> take_place(const Place&, const PlaceLimits&) override {
+    ++takes;
+    return false;
+  }
+  Result<void> name_place(std::string_view, std::string_view) override { return {}; }
+  Result<void> keep_place(const Place&) override { return {}; }
+  Result<bool> assign_place(std::string_view, std::string_view, int) override { return false; }
+  Result<void> free_place(std::string_view, std::string_view) override { return {}; }
+  Result<PlacesHeld> places_held(std::string_view) override { return PlacesHeld{}; }
+  std::atomic<int> takes{0};
+};
+
+TEST(Scheduler, AWaiterRefusedAPlaceKeepsToItsTimeoutAndItsCancel) {
+  CountingProvider provider;
+  RefusingPlaces places;
+  Scheduler scheduler({{"local", &provider, 1}}, limits(1, 1, 300ms));
+  scheduler.share_limits(places, "a");
+
+  auto timed_out = scheduler.acquire(request("alice"));
+  ASSERT_FALSE(timed_out);
+  EXPECT_EQ(timed_out.error().code, ErrorCode::kResourceExhausted) << timed_out.error().message;
+  // It waited between tries rather than asking the shared store as fast as it could.
+  EXPECT_LT(places.takes.load(), 20);
+
+  const int cancel = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(cancel, 0);
+  Scheduler patient({{"local", &provider, 1}}, limits(1, 1, 1h));
+  patient.share_limits(places, "b");
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(200ms);
+    const uint64_t one = 1;
+    ASSERT_EQ(::write(cancel, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+  });
+  Request cancelled = request("bob");
+  cancelled.cancel_fd = cancel;
+  auto gave_up = patient.acquire(cancelled);
+  canceller.join();
+  ::close(cancel);
+  ASSERT_FALSE(gave_up);
+  EXPECT_EQ(gave_up.error().code, ErrorCode::kCancelled) << gave_up.error().message;
+  EXPECT_EQ(provider.existing(), 0u);
+}
+
+TEST(Scheduler, APlaceThisServerLeftBehindIsFreedAndTheWaiterServed) {
+  // A place of server "a" that no sandbox of it holds (its free failed, say), and room for one.
+  CountingProvider provider;
+  MemoryPlaces places;
+  ASSERT_TRUE(places.keep_place(Place{"a/999", "a", "alice", "local", ""}));
+  Scheduler scheduler({{"local", &provider, 1}}, limits(1, 1, 5s));
+  scheduler.share_limits(places, "a");
+
+  auto grant = scheduler.acquire(request("alice"));
+  ASSERT_TRUE(grant) << grant.error().message;
+  EXPECT_EQ(places.size(), 1u) << "the left place went, the new sandbox has its own";
+  ASSERT_TRUE(scheduler.destroy(grant->sandbox_id));
+  EXPECT_EQ(places.size(), 0u);
+}
+
 TEST(Scheduler, AHoldIsRefusedWhenAnotherServerHoldsTheRoom) {
   CountingProvider here("a-"), there("b-");
   MemoryPlaces places;
