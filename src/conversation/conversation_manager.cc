@@ -221,6 +221,9 @@ Result<bool> ConversationManager::finish_interrupted_turn(const std::string& con
       return std::unexpected(
           stopped.error().with_context("stopping an interrupted turn's commands"));
     }
+    // Idle again: the next turn checks that it lives and counts it (this process's scheduler
+    // has never seen it), and the reaper may take it.
+    RETURN_IF_ERROR(move(conversation_id, number, reference, kIdle, "interrupted", {}));
   }
   spdlog::info("conversation {}: turn {} was interrupted (its process stopped)", conversation_id,
                number);

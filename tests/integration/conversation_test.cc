@@ -190,6 +190,41 @@ TEST_F(ConversationTest, TheReaperLeavesTurnsInProgressAlone) {
   EXPECT_TRUE(*SandboxEnvironment::get().provider().is_alive(sandbox_of(id)));
 }
 
+TEST_F(ConversationTest, ASandboxLeftBusyByATurnWhoseProcessDiedIsCountedAndReapedAgain) {
+  auto id = history_->create_conversation("interrupted")->id;
+  {
+    auto turn = manager_->begin_turn(id);
+    ASSERT_TRUE(sh(**turn, "echo kept > kept.txt"));
+  }
+  const std::string sandbox_id = sandbox_of(id);
+  // What a process killed in the middle of a step leaves: a turn running, the sandbox busy.
+  ASSERT_TRUE(history_->begin_turn(id, conversation::TurnKind::kAsk));
+  auto reference = *history_->sandbox_reference(id);
+  reference.state = "busy";
+  ASSERT_TRUE(history_->set_sandbox_reference(id, reference));
+
+  // The next process (its own scheduler, which has never seen the sandbox) goes on with it.
+  conversation::ManagerOptions options = options_;
+  options.capacity.max_sandboxes = 1;
+  ConversationManager next(SandboxEnvironment::get().provider(), *history_, clock_, options);
+  {
+    auto turn = next.begin_turn(id);
+    ASSERT_TRUE(turn) << turn.error().message;
+    EXPECT_EQ(history_->turns(id)->at(1).status, conversation::TurnStatus::kInterrupted);
+    auto run = sh(**turn, "cat kept.txt");
+    ASSERT_TRUE(run) << run.error().message;
+    EXPECT_EQ(run->result.stdout_text, "kept\n");
+    EXPECT_EQ(sandbox_of(id), sandbox_id);
+    EXPECT_EQ(next.scheduler().stats().busy, 1) << "the sandbox in use is counted";
+  }
+  EXPECT_EQ(next.scheduler().stats().idle, 1);
+  clock_.advance(std::chrono::hours(1));
+  EXPECT_EQ(*next.reap_idle(), 1) << "idle again, it is reaped like any other";
+  EXPECT_EQ(SandboxEnvironment::get().provider().is_alive(sandbox_id).error().code,
+            ErrorCode::kNotFound);
+  (void)next.shutdown();
+}
+
 TEST_F(ConversationTest, OneTurnAtATimePerConversation) {
   auto id = history_->create_conversation("concurrent")->id;
   auto other = history_->create_conversation("other")->id;
