@@ -127,10 +127,13 @@ Result<Duration> parse_duration(std::string_view text) {
     rest.remove_prefix(unit_end);
     if (rest.empty()) break;
   }
-  // llround of a value past int64 is unspecified (on x86, the most negative number): a huge
-  // duration would become a negative one.
-  if (!(total_ms < 9.2e18)) {
-    return make_error(ErrorCode::kInvalidArgument, "'{}' is too long a duration", text);
+  // Durations end up on steady clocks counting nanoseconds in an int64, which hold 292 years: a
+  // longer one (someone's "never") would wrap, and every wait would end at once. (And llround
+  // of a value past int64 is unspecified: a huge one would become negative.)
+  constexpr double kLongestMs = 36500.0 * 24 * 3600 * 1000;
+  if (!(total_ms <= kLongestMs)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "'{}' is too long a duration: at most 36500d (100 years)", text);
   }
   return Duration(std::llround(total_ms));
 }

@@ -54,15 +54,22 @@ TEST(ParseDuration, AcceptsCommonUnits) {
 
 // Found by fuzz/config_fuzzer's check that durations are not negative, with a hand-made input:
 // 200000000000d is past int64 milliseconds, and llround made it negative, which
-// server.shutdown_grace (zero allowed) accepted.
-TEST(ParseDuration, RefusesWhatMillisecondsCannotHold) {
-  for (const char* text : {"200000000000d", "9300000000000000000ms", "1d200000000000d"}) {
+// server.shutdown_grace (zero allowed) accepted. And 200000d (a "never") is past what a steady
+// clock's nanoseconds hold: a queue_timeout that long made every wait time out at once.
+TEST(ParseDuration, RefusesWhatAClockCannotHold) {
+  for (const char* text :
+       {"200000000000d", "9300000000000000000ms", "1d200000000000d", "200000d", "36500d1ms"}) {
     SCOPED_TRACE(text);
     auto duration = parse_duration(text);
     ASSERT_FALSE(duration);
-    EXPECT_NE(duration.error().message.find("too long a duration"), std::string::npos);
+    EXPECT_NE(duration.error().message.find("too long a duration: at most 36500d"),
+              std::string::npos)
+        << duration.error().message;
   }
-  EXPECT_EQ(*parse_duration("100000000d"), std::chrono::hours(24) * 100000000);
+  const auto longest = *parse_duration("36500d");
+  EXPECT_EQ(longest, std::chrono::hours(24) * 36500);
+  const auto deadline = std::chrono::steady_clock::now() + longest;
+  EXPECT_GT(deadline, std::chrono::steady_clock::now()) << "a deadline that far still lies ahead";
 }
 
 TEST(FormatSize, IsReadable) {
