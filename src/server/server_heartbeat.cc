@@ -24,6 +24,7 @@ ServerHeartbeat::~ServerHeartbeat() {
 
 Result<void> ServerHeartbeat::start() {
   RETURN_IF_ERROR(registry_.enter(self_));
+  beating_since_ = last_recorded_ = std::chrono::steady_clock::now();
   thread_ = std::thread([this] {
     std::unique_lock lock(mutex_);
     while (!stop_.wait_for(lock, interval_, [this] { return stopping_; })) {
@@ -56,10 +57,16 @@ void ServerHeartbeat::leave() {
 
 void ServerHeartbeat::beat() {
   auto alive = registry_.beat(self_.boot_id);
+  const auto now = std::chrono::steady_clock::now();
   if (!alive) {
     spdlog::warn("refreshing this server's heartbeat failed: {}", alive.error().message);
+    beating_since_.reset();
     return;
   }
+  // Steady since now after a failure, and after a beat that took long (the database hung): any
+  // gap longer than the timeout between two recorded beats.
+  if (!beating_since_ || now - last_recorded_ > timeout_) beating_since_ = now;
+  last_recorded_ = now;
   if (!*alive) {
     // Another server took this one for dead (it was silent for longer than the timeout): its
     // idle sandboxes are gone, its turns were left alone (their turn locks held). Back in.
@@ -70,7 +77,12 @@ void ServerHeartbeat::beat() {
     if (auto entered = registry_.enter(self_); !entered) {
       spdlog::warn("recording this server again failed: {}", entered.error().message);
     }
+    beating_since_ = now;  // silent for a while: so may the others have been
   }
+  // After the database was out of reach, every server's heartbeat is old, not only a dead
+  // one's: the others get a whole timeout to beat again before any is taken for dead (and its
+  // sandboxes destroyed under its running turns).
+  if (now - *beating_since_ < timeout_) return;
   if (auto taken = take_over_silent(); !taken) {
     spdlog::warn("taking over silent servers failed: {}", taken.error().message);
   }

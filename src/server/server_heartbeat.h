@@ -4,12 +4,15 @@
 // sandboxes of its run (found by their quarry.boot label) and records its running turns
 // interrupted, as a server starting up does for its own instance. Of the live servers, the one
 // whose claim succeeds does it, so it is done once; its record goes only when that is done, so
-// a takeover cut short (the claimer died) is claimed and finished by another.
+// a takeover cut short (the claimer died) is claimed and finished by another. A server takes
+// over none until its own beats have been recorded for a whole timeout (after it started, and
+// after the registry could not be reached), so the live servers have beaten again by then.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "conversation/conversation_manager.h"
@@ -50,6 +53,10 @@ class ServerHeartbeat {
   std::condition_variable stop_;
   bool stopping_ = false;
   std::thread thread_;
+  // Since when every beat has been recorded, each within a timeout of the one before (none while
+  // the registry cannot be reached), and when the last was.
+  std::optional<std::chrono::steady_clock::time_point> beating_since_;
+  std::chrono::steady_clock::time_point last_recorded_;
 };
 
 }  // namespace quarry::server

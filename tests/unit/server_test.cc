@@ -7,11 +7,13 @@
 #include "agent/sse_parser.h"
 #include "common/file_util.h"
 #include "conversation/sqlite_history_store.h"
+#include "counting_provider.h"
 #include "server/api.h"
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "server/json_body.h"
 #include "server/router.h"
+#include "server/server_heartbeat.h"
 #include "server/stream_hub.h"
 
 namespace quarry::server {
@@ -388,4 +390,87 @@ TEST(UnansweredCalls, AreAnsweredSoTheHistoryIsValidForTheModel) {
 }
 
 }  // namespace
+namespace {
+
+// A registry in memory whose database can be out of reach: one other server, silent for long,
+// and when this server's beats were recorded and when it claimed the other.
+class OutageRegistry final : public conversation::ServerRegistry {
+ public:
+  using Time = std::chrono::steady_clock::time_point;
+  Result<void> enter(const conversation::ServerRecord&) override { return {}; }
+  Result<bool> beat(std::string_view) override {
+    std::lock_guard lock(mutex);
+    if (down) return make_error(ErrorCode::kUnavailable, "the database cannot be reached");
+    beats.push_back(std::chrono::steady_clock::now());
+    return true;
+  }
+  Result<void> leave(std::string_view) override { return {}; }
+  Result<std::vector<conversation::ServerRecord>> servers() override {
+    conversation::ServerRecord other;
+    other.boot_id = "other";
+    other.silent_for = std::chrono::hours(1);
+    return std::vector{other};
+  }
+  Result<std::optional<conversation::TakeOver>> claim(std::string_view,
+                                                      std::chrono::milliseconds) override {
+    std::lock_guard lock(mutex);
+    claims.push_back(std::chrono::steady_clock::now());
+    return std::nullopt;  // another server takes it over
+  }
+  Result<void> taken_over(const conversation::TakeOver&) override { return {}; }
+  Result<void> request_cancel(std::string_view, int) override { return {}; }
+  Result<void> request_room(std::string_view, std::string_view) override { return {}; }
+  Result<bool> claim_room(int64_t) override { return false; }
+  Result<std::vector<std::string>> deleted_among(const std::vector<std::string>&) override {
+    return std::vector<std::string>{};
+  }
+  Result<std::unique_ptr<conversation::Subscription>> listen(conversation::Listeners) override {
+    return make_error(ErrorCode::kInternal, "not listened to here");
+  }
+
+  std::mutex mutex;
+  bool down = false;
+  std::vector<Time> beats, claims;
+};
+
+// The database restarting for longer than the timeout makes every server's heartbeat old. The
+// first server to beat again must not take the others for dead (destroying their sandboxes
+// under their running turns) before they could beat again too.
+TEST(ServerHeartbeatTest, AfterAnOutageNoServerIsTakenForDeadBeforeTheOthersCouldBeatAgain) {
+  ScratchHistory history("heartbeat");
+  testing_support::CountingProvider provider;
+  conversation::ConversationManager manager(provider, *history.store, history.clock, {});
+  server::StreamHub hub(*history.store);
+  OutageRegistry registry;
+  constexpr auto kTimeout = std::chrono::milliseconds(300);
+  conversation::ServerRecord self;
+  self.boot_id = "self";
+  server::ServerHeartbeat heartbeat(registry, manager, hub, self, kTimeout);
+  registry.down = true;
+  ASSERT_TRUE(heartbeat.start());
+  std::this_thread::sleep_for(2 * kTimeout);
+  {
+    std::lock_guard lock(registry.mutex);
+    EXPECT_TRUE(registry.claims.empty()) << "claimed while its own beats failed";
+    registry.down = false;
+  }
+  bool claimed = false;
+  for (int i = 0; i < 500 && !claimed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::lock_guard lock(registry.mutex);
+    claimed = !registry.claims.empty();
+  }
+  ASSERT_TRUE(claimed) << "the silent server is claimed in the end";
+  std::lock_guard lock(registry.mutex);
+  ASSERT_FALSE(registry.beats.empty());
+  EXPECT_GE(registry.claims.front() - registry.beats.front(), kTimeout)
+      << "claimed "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(registry.claims.front() -
+                                                               registry.beats.front())
+             .count()
+      << " ms after its first beat since the outage";
+}
+
+}  // namespace
+
 }  // namespace quarry::agent
