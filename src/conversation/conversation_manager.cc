@@ -331,31 +331,50 @@ Result<std::string> ConversationManager::acquire(TurnContext& turn) {
     }
     return std::unexpected(granted.error().with_context("getting a sandbox"));
   }
-  reference.sandbox_id = granted->sandbox_id;
+  if (auto held = hold(turn, *granted, previous, previous_id, lost_files, lost_names); !held) {
+    // Not recorded as this conversation's, the sandbox would stay counted as in use and nobody
+    // would reap it: it goes. The turn's next step asks for another.
+    turn.reference.state = std::string(to_string(kDead));
+    if (auto destroyed = scheduler_->destroy(granted->sandbox_id); !destroyed) {
+      spdlog::warn(
+          "conversation {}: destroying sandbox {}, which the history could not record, "
+          "failed: {}",
+          conversation, granted->sandbox_id, destroyed.error().message);
+    }
+    return std::unexpected(held.error());
+  }
+  return reference.sandbox_id;
+}
+
+Result<void> ConversationManager::hold(TurnContext& turn, const capacity::Grant& granted,
+                                       SandboxLifecycle previous, const std::string& previous_id,
+                                       const std::vector<std::string>& lost_files,
+                                       const std::vector<std::string>& lost_names) {
+  auto& reference = turn.reference;
+  reference.sandbox_id = granted.sandbox_id;
   reference.files.clear();
   reference.kernel_names.clear();
   reference.kernel.clear();
-  const char* start = granted->warm ? "warm" : "cold";
+  const char* start = granted.warm ? "warm" : "cold";
   RETURN_IF_ERROR(move(turn, kStarting, start));
   RETURN_IF_ERROR(move(turn, kAssigned, ""));
   auto milliseconds = [](std::chrono::microseconds duration) {
     return static_cast<double>(duration.count()) / 1000;
   };
-  RETURN_IF_ERROR(record(turn, "sandbox_ready", granted->sandbox_id, "",
+  RETURN_IF_ERROR(record(turn, "sandbox_ready", granted.sandbox_id, "",
                          {{"start", start},
-                          {"waited_ms", milliseconds(granted->waited)},
-                          {"acquire_ms", milliseconds(granted->acquired)}}));
+                          {"waited_ms", milliseconds(granted.waited)},
+                          {"acquire_ms", milliseconds(granted.acquired)}}));
   if (!previous_id.empty() && (previous == kDead || previous == kDeleted)) {
     if (previous == kDead) {
-      RETURN_IF_ERROR(record(turn, "sandbox_replaced", granted->sandbox_id, "dead",
+      RETURN_IF_ERROR(record(turn, "sandbox_replaced", granted.sandbox_id, "dead",
                              {{"previous", previous_id},
                               {"lost_files", lost_files},
                               {"lost_kernel_names", lost_names}}));
     }
     turn.notice = replacement_notice(previous, lost_files, lost_names, options_.idle_timeout);
   }
-  RETURN_IF_ERROR(move(turn, kBusy, ""));
-  return reference.sandbox_id;
+  return move(turn, kBusy, "");
 }
 
 Result<void> ConversationManager::mark_dead(TurnContext& turn, std::string_view why) {

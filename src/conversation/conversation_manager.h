@@ -110,6 +110,11 @@ class ConversationManager {
   // Makes sure the turn's conversation has a live sandbox, replacing a dead one, and marks it
   // busy. Returns its id.
   Result<std::string> acquire(TurnContext& turn);
+  // Records the sandbox `granted` as the turn's (starting, assigned, ready, replacing the
+  // `previous` one, busy).
+  Result<void> hold(TurnContext& turn, const capacity::Grant& granted, SandboxLifecycle previous,
+                    const std::string& previous_id, const std::vector<std::string>& lost_files,
+                    const std::vector<std::string>& lost_names);
   // The turn's sandbox stopped (found so, or under a command): moves the reference to dead,
   // removes what is left of the sandbox and records sandbox_deleted.
   Result<void> mark_dead(TurnContext& turn, std::string_view why);

@@ -2,6 +2,7 @@
 // reaper, one turn at a time.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 
 #include <sstream>
 #include <thread>
@@ -223,6 +224,32 @@ TEST_F(ConversationTest, ASandboxLeftBusyByATurnWhoseProcessDiedIsCountedAndReap
   EXPECT_EQ(SandboxEnvironment::get().provider().is_alive(sandbox_id).error().code,
             ErrorCode::kNotFound);
   (void)next.shutdown();
+}
+
+TEST_F(ConversationTest, ASandboxTheHistoryCouldNotRecordIsDestroyedNotLeftInUse) {
+  auto id = history_->create_conversation("unrecorded")->id;
+  auto turn = manager_->begin_turn(id);
+  ASSERT_TRUE(turn) << turn.error().message;
+  // Another writer holds the history (the store gives up after its busy timeout, 5 s).
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto refused = sh(**turn, "true");
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  ASSERT_FALSE(refused);
+  const auto stats = manager_->scheduler().stats();
+  EXPECT_EQ(stats.busy + stats.idle + stats.starting, 0) << "no sandbox left counted";
+  auto left = SandboxEnvironment::get().provider().find(
+      {{std::string(conversation::kConversationLabel), id}});
+  ASSERT_TRUE(left);
+  EXPECT_TRUE(left->empty()) << "the sandbox nobody recorded was destroyed";
+
+  // The history writable again, the turn's next step runs in a sandbox of its own.
+  auto run = sh(**turn, "echo ran");
+  ASSERT_TRUE(run) << run.error().message;
+  EXPECT_EQ(run->result.stdout_text, "ran\n");
+  EXPECT_EQ(manager_->scheduler().stats().busy, 1);
 }
 
 TEST_F(ConversationTest, OneTurnAtATimePerConversation) {
