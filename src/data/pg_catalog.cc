@@ -52,13 +52,22 @@ Result<std::map<uint32_t, CatalogType>> read_catalog(Connection& connection,
                                      "WHERE oid = ANY($1::oid[])",
                                      {oid_array(pending)}));
     std::set<uint32_t> next, composites, enums;
+    // A type asked for in this round is not asked for again, even if its row comes later in
+    // this result than the array or domain made of it (a composite and an array of it in one
+    // query): read twice, its fields or labels would be appended twice.
     auto want = [&](uint32_t oid) {
       PgType known;
-      if (oid != 0 && !catalog.contains(oid) && !builtin_type(oid, -1, known)) next.insert(oid);
+      if (oid != 0 && !catalog.contains(oid) && !pending.contains(oid) &&
+          !builtin_type(oid, -1, known)) {
+        next.insert(oid);
+      }
     };
     for (int row = 0; row < PQntuples(types.get()); ++row) {
       const auto oid = number<uint32_t>(types.get(), row, 0);
-      auto& type = catalog[oid];
+      // Each type's row is read once, so its fields and labels are listed once.
+      const auto [entry, inserted] = catalog.try_emplace(oid);
+      if (!inserted) continue;
+      auto& type = entry->second;
       type.typtype = PQgetvalue(types.get(), row, 1)[0];
       const char category = PQgetvalue(types.get(), row, 2)[0];
       if (category == 'A' && oid != kInt2Vector && oid != kOidVector) {

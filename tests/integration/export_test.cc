@@ -160,6 +160,55 @@ TEST_F(ExportTest, ExportsWhatParquetHasNoTypeFor) {
   }
 }
 
+// A composite or enum that also comes inside an array in the same query is read from the
+// catalog once: each field and label once, in whichever order the columns name the types.
+TEST_F(ExportTest, ACompositeOrEnumAlsoInAnArrayExportsWhole) {
+  using quarry::testing::admin_sql;
+  admin_sql(
+      "DROP TYPE IF EXISTS duo; DROP TYPE IF EXISTS hue; "
+      "CREATE TYPE hue AS ENUM ('red', 'green'); CREATE TYPE duo AS (a integer, b text)");
+  const std::string duo_type = "struct<a: int32, b: string>";
+  const std::string hue_type = "dictionary<values=string, indices=int32, ordered=0>";
+  struct Case {
+    const char* sql;
+    std::vector<std::string> types;
+  } cases[] = {
+      {"SELECT ROW(1, 'x')::duo AS p, ARRAY[ROW(2, 'y')::duo] AS ap",
+       {duo_type, "list<element: " + duo_type + ">"}},
+      {"SELECT ARRAY[ROW(2, 'y')::duo] AS ap, ROW(1, 'x')::duo AS p",
+       {"list<element: " + duo_type + ">", duo_type}},
+      {"SELECT p, array_agg(p) OVER () AS ap FROM (SELECT ROW(1, 'x')::duo AS p) AS q",
+       {duo_type, "list<element: " + duo_type + ">"}},
+      {"SELECT 'green'::hue AS h, ARRAY['red'::hue, 'green'] AS hs",
+       {hue_type, "list<element: " + hue_type + ">"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.sql);
+    auto summary = export_parquet(reader(), c.sql, file_, options());
+    EXPECT_TRUE(summary) << summary.error().message;
+    if (!summary) continue;
+    auto table = read_back();
+    ASSERT_EQ(table->num_columns(), 2);
+    for (int column_idx = 0; column_idx < 2; ++column_idx) {
+      EXPECT_EQ(table->column(column_idx)->type()->ToString(),
+                c.types[static_cast<size_t>(column_idx)]);
+    }
+  }
+  // The values themselves, and the enum's labels each once, in its order.
+  auto summary = export_parquet(
+      reader(), "SELECT ROW(1, 'x')::duo AS p, ARRAY['red'::hue, 'green'] AS hs", file_, options());
+  ASSERT_TRUE(summary) << summary.error().message;
+  auto table = read_back();
+  auto pair = std::static_pointer_cast<arrow::StructArray>(table->column(0)->chunk(0));
+  EXPECT_EQ(std::static_pointer_cast<arrow::Int32Array>(pair->field(0))->Value(0), 1);
+  EXPECT_EQ(std::static_pointer_cast<arrow::StringArray>(pair->field(1))->GetString(0), "x");
+  auto hues = std::static_pointer_cast<arrow::ListArray>(table->column(1)->chunk(0));
+  auto labels = std::static_pointer_cast<arrow::DictionaryArray>(hues->values());
+  EXPECT_EQ(labels->dictionary()->ToString(), "[\n  \"red\",\n  \"green\"\n]");
+  EXPECT_EQ(labels->indices()->ToString(), "[\n  0,\n  1\n]");
+  admin_sql("DROP TYPE duo; DROP TYPE hue");
+}
+
 // The first row group decides a value-dependent type; a later value that needs a wider one
 // makes the export measure the rest and run the query again (in the same snapshot), so the
 // file holds every value exactly, in one type.
