@@ -233,17 +233,24 @@ class Planner {
   }
 
   ValueType numeric(const PgType& type) {
-    int precision = 0, scale = 0;
-    if (decimal_modifier(type.modifier, precision, scale)) {
-      auto value = leaf(ValueKind::kNumeric, arrow::decimal128(precision, scale));
-      value.precision = precision;
-      value.scale = scale;
-      return value;
-    }
     int index = 0;
     const ValueShape shape = take_shape(index);
     ValueType value;
-    if (numeric_as_text(shape)) {
+    int precision = 0, scale = 0;
+    if (decimal_modifier(type.modifier, precision, scale)) {
+      // numeric(p, s) holds NaN too, which no decimal does: only the values tell. (PostgreSQL
+      // refuses infinity for any precision, but one would go the same way.)
+      if (shape.special || shape.widest) {
+        value = leaf(ValueKind::kNumericText, arrow::utf8());
+        note(fmt::format("numeric({}, {}) with NaN: PostgreSQL's text form, every digit kept",
+                         precision, scale));
+      } else {
+        value = leaf(ValueKind::kNumeric, arrow::decimal128(precision, scale));
+        value.precision = precision;
+        value.scale = scale;
+      }
+      value.fixed_scale = true;
+    } else if (numeric_as_text(shape)) {
       value = leaf(ValueKind::kNumericText, arrow::utf8());
       note(
           "numeric values no decimal128 holds (NaN, infinity or more than 38 digits): "
@@ -348,6 +355,10 @@ bool same_form(const ValueType& type, const ValueShape& decided, const ValueShap
   switch (type.kind) {
     case ValueKind::kNumeric:
     case ValueKind::kNumericText:
+      // numeric(p, s)'s values fit its decimal unless one is not a number.
+      if (type.fixed_scale) {
+        return (decided.special || decided.widest) == (seen.special || seen.widest);
+      }
       return numeric_as_text(decided) == numeric_as_text(seen) &&
              (numeric_as_text(seen) || decided.scale == seen.scale);
     case ValueKind::kDuration:

@@ -4,7 +4,7 @@
 //
 //   smallint, integer, bigint     int16, int32, int64
 //   real, double precision        float32, float64
-//   numeric(p, s), p <= 38        decimal128(p, s)
+//   numeric(p, s), p <= 38        decimal128(p, s); PostgreSQL's text form when a value is NaN
 //   numeric (no precision, or     decimal128(38, s) with the scale its values need; PostgreSQL's
 //     one past 38 digits)           text form where no decimal128 holds them (NaN, infinity,
 //                                   more than 38 digits)
@@ -31,10 +31,10 @@
 //     (inet, money, ranges, ...)    bit strings, oid and reg*, ranges, tsvector, geometric types,
 //                                   time with time zone, and any type of an extension)
 //
-// Parts whose form depends on the values (an unconstrained numeric, a date or time, an interval,
-// an array's dimensions) are decided from the values seen (ValueShape): export_query looks at the
-// first row group before it writes, and runs the query again in the rare case a later value needs
-// a wider form.
+// Parts whose form depends on the values (a numeric, a date or time, an interval, an array's
+// dimensions) are decided from the values seen (ValueShape): export_query looks at the first row
+// group before it writes, and runs the query again in the rare case a later value needs a wider
+// form.
 #pragma once
 
 #include <arrow/type_fwd.h>
@@ -103,6 +103,7 @@ struct ValueType {
   uint32_t wire_oid = 0;            // the OID binary array and record values name these by
   int precision = 0;                // kNumeric
   int scale = 0;                    // kNumeric
+  bool fixed_scale = false;         // kNumeric, kNumericText: numeric(p, s), its scale the type's
   int dimensions = 0;               // kList: one level of list per array dimension
   int shape = -1;                   // the ValueShape of a value-dependent part, else -1
   std::vector<ValueType> children;  // kList: the element; kStruct: the fields

@@ -209,6 +209,57 @@ TEST_F(ExportTest, ACompositeOrEnumAlsoInAnArrayExportsWhole) {
   admin_sql("DROP TYPE duo; DROP TYPE hue");
 }
 
+// numeric(p, s) takes NaN (and since PostgreSQL 14, infinity where p leaves room): such a
+// column goes as PostgreSQL's text form, as an unconstrained numeric does; without them it
+// stays the decimal its type says.
+TEST_F(ExportTest, AConstrainedNumericWithNaNArrivesAsText) {
+  struct Case {
+    const char* sql;
+    const char* parquet_type;
+    const char* values;  // as Arrow prints the column
+  } cases[] = {
+      {"SELECT 'NaN'::numeric(4, 1) AS n", "string", "[\n  \"NaN\"\n]"},
+      {"SELECT x::numeric(4, 1) AS n FROM (VALUES (1.25), ('NaN'), (NULL)) AS v (x)", "string",
+       "[\n  \"1.3\",\n  \"NaN\",\n  null\n]"},
+      {"SELECT ARRAY[1.5, 'NaN']::numeric(4, 1)[] AS n", "list<element: string>",
+       "\"1.5\",\n    \"NaN\""},
+      {"SELECT 12.5::numeric(4, 1) AS n", "decimal128(4, 1)", "[\n  12.5\n]"},
+      {"SELECT ARRAY[1.5]::numeric(4, 1)[] AS n", "list<element: decimal128(4, 1)>", "1.5"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.sql);
+    auto summary = export_parquet(reader(), c.sql, file_, options());
+    ASSERT_TRUE(summary) << summary.error().message;
+    EXPECT_EQ(summary->columns[0].parquet_type, c.parquet_type);
+    auto table = read_back();
+    EXPECT_EQ(table->column(0)->type()->ToString(), c.parquet_type);
+    const auto values = table->column(0)->chunk(0)->ToString();
+    EXPECT_NE(values.find(c.values), std::string::npos) << values;
+  }
+
+  // A NaN after the first row group: the query runs again, and every value is text.
+  auto later = export_parquet(reader(),
+                              "SELECT CASE WHEN n < 3000 THEN n / 4.0 ELSE 'NaN' END::numeric(8, "
+                              "2) AS x FROM generate_series(1, 3000) AS n ORDER BY n",
+                              file_, options());
+  ASSERT_TRUE(later) << later.error().message;
+  EXPECT_EQ(later->runs, 2);
+  auto table = read_back();
+  ASSERT_EQ(table->num_rows(), 3000);
+  auto texts = std::static_pointer_cast<arrow::StringArray>(
+      arrow::Concatenate(table->column(0)->chunks()).ValueOrDie());
+  EXPECT_EQ(texts->GetString(0), "0.25");
+  EXPECT_EQ(texts->GetString(2998), "749.75");
+  EXPECT_EQ(texts->GetString(2999), "NaN");
+
+  // 'Infinity' fits only a numeric(p, s) PostgreSQL itself refuses it for: it is an overflow.
+  auto infinity =
+      export_parquet(reader(), "SELECT 'Infinity'::numeric(4, 1) AS n", file_, options());
+  ASSERT_FALSE(infinity);
+  EXPECT_NE(infinity.error().message.find("overflow"), std::string::npos)
+      << infinity.error().message;
+}
+
 // The first row group decides a value-dependent type; a later value that needs a wider one
 // makes the export measure the rest and run the query again (in the same snapshot), so the
 // file holds every value exactly, in one type.
