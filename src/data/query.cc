@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "common/text.h"
 #include "data/pg_types.h"
 
 namespace quarry::data {
@@ -21,6 +22,8 @@ Result<QueryResult> query_database(const std::string& conninfo, std::string_view
   RETURN_IF_ERROR(begin_read_only(connection, options.statement_timeout));
   QueryResult result;
   result.max_rows = options.max_rows;
+  result.max_bytes = options.max_bytes;
+  result.max_value_bytes = options.max_value_bytes;
   ASSIGN_OR_RETURN(result.columns, describe_query(connection, sql, kTool));
 
   // Rows one at a time, so a huge result costs nothing past max_rows + 1.
@@ -31,24 +34,45 @@ Result<QueryResult> query_database(const std::string& conninfo, std::string_view
                       PQerrorMessage(connection.get()));
   }
   std::optional<Error> failure;
+  uint64_t kept_bytes = 0;
+  // The answer is cut: the rest of the rows need not be sent.
+  auto cut = [&] {
+    if (!result.truncated) connection.cancel();
+    result.truncated = true;
+  };
   while (PgResult row{PQgetResult(connection.get())}) {
     const auto status = PQresultStatus(row.get());
     if (status == PGRES_SINGLE_TUPLE) {
+      if (result.truncated) continue;  // rows sent before the cancel arrived
       if (result.rows.size() == options.max_rows) {
-        // One row past the cap: the answer is cut, and the rest need not be sent.
-        if (!result.truncated) connection.cancel();
-        result.truncated = true;
+        cut();  // one row past the cap
         continue;
       }
-      auto& values = result.rows.emplace_back();
+      // Only the start of each value is kept, so 200 rows of values of a gigabyte hold little
+      // more than the one row libpq has.
+      std::vector<std::optional<std::string>> values;
+      uint64_t row_bytes = 0, row_values_cut = 0;
       for (int column_idx = 0; column_idx < PQnfields(row.get()); ++column_idx) {
         if (PQgetisnull(row.get(), 0, column_idx)) {
           values.emplace_back(std::nullopt);
-        } else {
-          values.emplace_back(std::string(PQgetvalue(row.get(), 0, column_idx),
-                                          PQgetlength(row.get(), 0, column_idx)));
+          continue;
         }
+        const std::string_view value(PQgetvalue(row.get(), 0, column_idx),
+                                     static_cast<size_t>(PQgetlength(row.get(), 0, column_idx)));
+        const std::string_view head = utf8_head(value, options.max_value_bytes);
+        if (head.size() < value.size()) ++row_values_cut;
+        row_bytes += head.size();
+        values.emplace_back(std::string(head));
       }
+      // Many columns of long values add up: the rows stop before the bound of bytes.
+      if (kept_bytes + row_bytes > options.max_bytes) {
+        result.bytes_cut = true;
+        cut();
+        continue;
+      }
+      kept_bytes += row_bytes;
+      result.values_cut += row_values_cut;
+      result.rows.push_back(std::move(values));
     } else if (status != PGRES_TUPLES_OK && !result.truncated && !failure) {
       failure = error_from_result(row.get());
     }
@@ -105,7 +129,9 @@ nlohmann::json to_json(const QueryResult& result) {
   }
   return {{"columns", std::move(columns)},   {"rows", std::move(rows)},
           {"row_count", result.rows.size()}, {"truncated", result.truncated},
-          {"max_rows", result.max_rows},     {"elapsed_ms", result.elapsed_ms}};
+          {"max_rows", result.max_rows},     {"max_bytes", result.max_bytes},
+          {"values_cut", result.values_cut}, {"max_value_bytes", result.max_value_bytes},
+          {"elapsed_ms", result.elapsed_ms}};
 }
 
 std::string to_text(const QueryResult& result) {
@@ -114,7 +140,7 @@ std::string to_text(const QueryResult& result) {
     if (!value) return std::string("NULL");
     std::string text = *value;
     std::replace(text.begin(), text.end(), '\n', ' ');
-    if (text.size() > kMaxCell) text = text.substr(0, kMaxCell - 3) + "...";
+    if (text.size() > kMaxCell) text = std::string(utf8_head(text, kMaxCell - 3)) + "...";
     return text;
   };
   std::vector<size_t> widths;
@@ -138,7 +164,13 @@ std::string to_text(const QueryResult& result) {
   line([&](size_t column_idx) { return std::string(widths[column_idx], '-'); });
   for (const auto& values : result.rows)
     line([&](size_t column_idx) { return cell(values[column_idx]); });
-  if (result.truncated) {
+  if (result.bytes_cut) {
+    text += fmt::format(
+        "({} rows shown; the result was cut at {} of values kept (query_database keeps at most "
+        "{} of each value). Select fewer or shorter columns (left(column, 100)), aggregate or "
+        "filter in SQL, or use export_query for data the analysis code should read.)\n",
+        result.rows.size(), format_size(result.max_bytes), format_size(result.max_value_bytes));
+  } else if (result.truncated) {
     text += fmt::format(
         "({} rows shown; the result had more and was cut at database.query_max_rows = {}. "
         "Aggregate or filter in SQL, or use export_query for data the analysis code should "

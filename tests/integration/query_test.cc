@@ -2,6 +2,7 @@
 #include "data/query.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include "data/connection.h"
 #include "postgres_environment.h"
@@ -62,6 +63,68 @@ TEST(QueryDatabase, CutsAtMaxRowsAndSaysSo) {
   EXPECT_EQ(exact->rows.size(), 5u);
   EXPECT_FALSE(exact->truncated);
   EXPECT_NE(to_text(*exact).find("(5 rows)"), std::string::npos);
+}
+
+// Only the start of a long value is kept as it is read: huge values cost the server little
+// memory and come back at once, cut where a UTF-8 character ends, and the answer says so.
+TEST(QueryDatabase, KeepsOnlyTheStartOfLongValues) {
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  const auto start = std::chrono::steady_clock::now();
+  auto big = query_database(
+      reader(), "SELECT n, repeat('x', 25000000) AS filler FROM generate_series(1, 20) AS n",
+      options());
+  ASSERT_TRUE(big) << big.error().message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  // 20 values of 25 MB kept whole would be 500 MB; libpq holds one row at a time.
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 200 * 1024) << "KiB more at the peak";
+  ASSERT_EQ(big->rows.size(), 20u);
+  const auto json = to_json(*big);
+  EXPECT_EQ(json["rows"][19][0], 20);
+  const std::string kept = json["rows"][19][1];
+  EXPECT_GT(kept.size(), 80u);
+  EXPECT_LT(kept.size(), 100000u);
+  EXPECT_EQ(kept, std::string(kept.size(), 'x'));
+  EXPECT_EQ(json["values_cut"], 20);
+  const std::string text = to_text(*big);
+  EXPECT_NE(text.find(std::string(77, 'x') + "..."), std::string::npos);
+  EXPECT_LT(text.size(), 5000u);
+
+  // A value is cut, in the JSON and in the text table, where a character ends.
+  auto accents = query_database(
+      reader(), "SELECT 'a' || repeat('é', 3000) AS e, repeat('é', 100) AS f", options());
+  ASSERT_TRUE(accents) << accents.error().message;
+  std::string accented = "a";
+  for (int count = 0; count < 2047; ++count)
+    accented += "é";
+  // 4095 bytes: the 4096th would split a character.
+  const std::string kept_accents = to_json(*accents)["rows"][0][0];
+  EXPECT_TRUE(kept_accents == accented) << kept_accents.size() << " bytes kept";
+  // 77 bytes of f's would end in half an é.
+  std::string shown;
+  for (int count = 0; count < 38; ++count)
+    shown += "é";
+  EXPECT_NE(to_text(*accents).find("  " + shown + "...\n"), std::string::npos) << to_text(*accents);
+}
+
+// A result of many long values stops at a bound of bytes kept, said as the row cap is.
+TEST(QueryDatabase, CutsAtABoundOfBytesAndSaysSo) {
+  std::string columns;
+  for (int column_idx = 0; column_idx < 30; ++column_idx)
+    columns += fmt::format(", repeat('y', 4000) AS c{}", column_idx);
+  auto cut = query_database(
+      reader(), fmt::format("SELECT n{} FROM generate_series(1, 200) AS n", columns), options());
+  ASSERT_TRUE(cut) << cut.error().message;
+  EXPECT_GT(cut->rows.size(), 10u);
+  EXPECT_LT(cut->rows.size(), 200u);
+  EXPECT_TRUE(cut->truncated);
+  const std::string text = to_text(*cut);
+  EXPECT_NE(text.find(fmt::format("({} rows shown; the result was cut at", cut->rows.size())),
+            std::string::npos)
+      << text.substr(text.rfind('('));
+  EXPECT_EQ(to_json(*cut)["truncated"], true);
 }
 
 TEST(QueryDatabase, EndsALongQueryAtTheStatementTimeout) {
