@@ -265,11 +265,24 @@ GRANT CONNECT ON DATABASE {2} TO {0};)",
         kReaderRole, literal, kDatabaseName)));
   }
   ASSIGN_OR_RETURN(auto connection, Connection::open(info.admin_conninfo));
+  // Every user's queries run as the one reader role, and PostgreSQL lets a role see the SQL of
+  // its other sessions and end them: the reader may do neither (quarry cancels its own queries
+  // with libpq's cancel request, which needs no function). Functions' grants are per database;
+  // the reader may connect to this one only. Run at every `db up`, so a server made by an older
+  // quarry gets them too.
   return connection.exec_script(fmt::format(
       R"(REVOKE ALL ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO {0};
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO {0};
-ALTER DEFAULT PRIVILEGES FOR ROLE {1} IN SCHEMA public GRANT SELECT ON TABLES TO {0};)",
+ALTER DEFAULT PRIVILEGES FOR ROLE {1} IN SCHEMA public GRANT SELECT ON TABLES TO {0};
+REVOKE SELECT ON pg_catalog.pg_stat_activity FROM PUBLIC;
+DO $$ DECLARE f regprocedure; BEGIN
+  FOR f IN SELECT oid FROM pg_catalog.pg_proc
+      WHERE pronamespace = 'pg_catalog'::regnamespace AND proname IN ('pg_terminate_backend',
+        'pg_cancel_backend', 'pg_stat_get_activity', 'pg_stat_get_backend_activity') LOOP
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+  END LOOP;
+END $$;)",
       kReaderRole, kAdminRole));
 }
 
@@ -349,6 +362,11 @@ Result<std::string> PostgresServer::history_conninfo() const {
       if (!made) return std::unexpected(created.error());
     }
   }
+  // A new database lets every role connect; the reader must not, as the walls provision()
+  // puts up (no other sessions seen or ended) stand in the analytics database only. Also for a
+  // history database an older quarry made.
+  RETURN_IF_ERROR(
+      connection.exec(fmt::format("REVOKE ALL ON DATABASE {} FROM PUBLIC", kHistoryDatabase)));
   return conninfo(info.port, kHistoryDatabase, kAdminRole, credentials.admin_password);
 }
 

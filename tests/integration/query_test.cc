@@ -226,6 +226,54 @@ TEST(ReaderRole, CannotWriteEvenWithoutTheToolsChecks) {
   EXPECT_FALSE(std::filesystem::exists("/tmp/quarry-pwned"));
 }
 
+// Readers share one role, so what PostgreSQL lets a role do to its own sessions would let one
+// user read another's SQL and end their queries: on the private server the reader can do
+// neither. `db up` sets this on every start, so a server made by an older quarry gets it too.
+TEST(ReaderRole, CannotSeeOrEndAnotherReadersQueries) {
+  // The grants initdb gives, as a server made before this was set has them.
+  quarry::testing::admin_sql(
+      "GRANT SELECT ON pg_catalog.pg_stat_activity TO PUBLIC; "
+      "GRANT EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint), "
+      "pg_catalog.pg_cancel_backend(integer), pg_catalog.pg_stat_get_activity(integer), "
+      "pg_catalog.pg_stat_get_backend_activity(integer) TO PUBLIC");
+  const auto& environment = PostgresEnvironment::get();
+  auto up = PostgresServer(environment.state_dir(), environment.server().port).up();
+  ASSERT_TRUE(up) << up.error().message;
+
+  auto other = Connection::open(reader());
+  ASSERT_TRUE(other) << other.error().message;
+  auto other_pid = other->exec("SELECT pg_backend_pid(), 'another user''s secret' AS marker");
+  ASSERT_TRUE(other_pid) << other_pid.error().message;
+  const std::string pid = PQgetvalue(other_pid->get(), 0, 0);
+
+  for (const std::string& sql : std::vector<std::string>{
+           "SELECT pid, query FROM pg_stat_activity WHERE usename = current_user",
+           "SELECT query FROM pg_stat_get_activity(NULL)",
+           "SELECT pg_stat_get_backend_activity(id) FROM pg_stat_get_backend_idset() AS id",
+           "SELECT pg_terminate_backend(" + pid + ")",
+           "SELECT pg_cancel_backend(" + pid + ")",
+       }) {
+    SCOPED_TRACE(sql);
+    auto result = query_database(reader(), sql, options());
+    ASSERT_FALSE(result) << to_text(*result);
+    EXPECT_EQ(result.error().code, ErrorCode::kPermissionDenied) << result.error().message;
+    EXPECT_NE(result.error().message.find("permission denied"), std::string::npos)
+        << result.error().message;
+  }
+  auto still_there = other->exec("SELECT 1");
+  EXPECT_TRUE(still_there) << still_there.error().message;
+
+  // Those walls stand in the analytics database: the reader cannot go round them through the
+  // history's database on the same server.
+  PostgresServer server(environment.state_dir(), environment.server().port);
+  auto history = server.history_conninfo();
+  ASSERT_TRUE(history) << history.error().message;
+  auto elsewhere = Connection::open(reader() + " dbname=" + std::string(kHistoryDatabase));
+  ASSERT_FALSE(elsewhere);
+  EXPECT_NE(elsewhere.error().message.find("permission denied"), std::string::npos)
+      << elsewhere.error().message;
+}
+
 TEST(PostgresServer, UpIsIdempotentAndDownIsClean) {
   const auto& environment = PostgresEnvironment::get();
   PostgresServer again(environment.state_dir(), environment.server().port);
