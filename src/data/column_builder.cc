@@ -18,8 +18,8 @@ Result<void> check_length(std::string_view value, size_t expected) {
 }
 
 // Arrow's and Parquet's strings are UTF-8, and readers refuse a file with other bytes in one.
-// Connections ask for UTF-8 (client_encoding), so the server converts its text, but a "char"
-// holds any single byte, unconverted, and a SQL_ASCII database's text is bytes it never checked.
+// Connections ask for UTF-8 (client_encoding), so the server converts its text, but a SQL_ASCII
+// database's text is bytes it never checked.
 Result<void> check_utf8(std::string_view value) {
   static const bool initialized = (arrow::util::InitializeUTF8(), true);
   (void)initialized;
@@ -332,6 +332,16 @@ Result<void> ColumnBuilder::visit(const ValueType& type, std::string_view value,
     case ValueKind::kText:
       RETURN_IF_ERROR(check_utf8(value));
       return append_to<arrow::StringBuilder>(*builder, value);
+    case ValueKind::kChar: {
+      // A "char" is any one byte, sent unconverted: as PostgreSQL 15's output function prints
+      // it (what query_database shows), NUL as nothing and a byte past ASCII as \ooo.
+      RETURN_IF_ERROR(check_length(value, 1));
+      const auto byte = static_cast<unsigned char>(value[0]);
+      if (byte == 0) return append_to<arrow::StringBuilder>(*builder, std::string_view());
+      if (byte < 0x80) return append_to<arrow::StringBuilder>(*builder, value);
+      return append_to<arrow::StringBuilder>(
+          *builder, fmt::format("\\{}{}{}", byte >> 6, (byte >> 3) & 7, byte & 7));
+    }
     case ValueKind::kEnum:
       RETURN_IF_ERROR(check_utf8(value));
       return append_to<arrow::StringDictionary32Builder>(*builder, value);

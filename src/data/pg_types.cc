@@ -171,10 +171,11 @@ class Planner {
       case oid::kVarchar:
       case oid::kBpchar:
       case oid::kName:
-      case oid::kChar:
       case oid::kJson:
       case oid::kXml:
         return leaf(ValueKind::kText, arrow::utf8());
+      case oid::kChar:
+        return leaf(ValueKind::kChar, arrow::utf8());
       case oid::kJsonb:
         return leaf(ValueKind::kJsonb, arrow::utf8());
       case oid::kUuid:

@@ -10,6 +10,7 @@
 //                                   more than 38 digits)
 //   boolean                       bool
 //   text, varchar, char(n), name  string (char(n) keeps its padding, as PostgreSQL prints it)
+//   "char"                        string: its byte, or \ooo past ASCII (as PostgreSQL prints it)
 //   json, jsonb, xml              string (the document's text)
 //   uuid                          string, 36 characters lowercase (Polars reads it as str)
 //   bytea                         binary
@@ -69,7 +70,8 @@ enum class ValueKind {
   kFloat64,
   kNumeric,      // decimal128(precision, scale)
   kNumericText,  // a numeric no decimal128 holds, as PostgreSQL prints it
-  kText,         // text, varchar, bpchar, name, "char", json, xml, and text forms: UTF-8 text
+  kText,         // text, varchar, bpchar, name, json, xml, and text forms: UTF-8 text
+  kChar,         // "char": one byte, as PostgreSQL prints it (\ooo past ASCII)
   kJsonb,        // a version byte, then text
   kUuid,
   kBytea,

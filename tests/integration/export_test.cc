@@ -8,6 +8,7 @@
 
 #include "data/connection.h"
 #include "data/parquet_export.h"
+#include "data/query.h"
 #include "data/sandbox_export.h"
 #include "postgres_environment.h"
 
@@ -333,6 +334,34 @@ TEST_F(ExportTest, TextFromALatin1DatabaseArrivesAsUtf8) {
   EXPECT_EQ(names->GetString(0), "Müller");
   EXPECT_EQ(cities->GetString(0), "Köln");
   EXPECT_EQ(names->GetString(1), "Åsa");
+}
+
+// A "char" holds one byte, which need not be a character: the file has PostgreSQL's text
+// form of it (a byte past ASCII as \ooo), what query_database shows.
+TEST_F(ExportTest, ACharColumnWithAByteBeyondAsciiArrivesAsPostgresPrintsIt) {
+  const std::string sql =
+      "SELECT x::\"char\" AS c, ARRAY[x::\"char\"] AS cs "
+      "FROM (VALUES (1, 'a'), (2, 'é'), (3, ''), (4, NULL)) AS v (k, x) ORDER BY k";
+  auto summary = export_parquet(reader(), sql, file_, options());
+  ASSERT_TRUE(summary) << summary.error().message;
+  auto table = read_back();
+  ASSERT_EQ(table->num_rows(), 4);
+  EXPECT_EQ(table->column(0)->type()->ToString(), "string");
+  auto chars = std::static_pointer_cast<arrow::StringArray>(table->column(0)->chunk(0));
+  EXPECT_EQ(chars->GetString(0), "a");
+  EXPECT_EQ(chars->GetString(1), "\\303");
+  EXPECT_EQ(chars->GetString(2), "");
+  EXPECT_TRUE(chars->IsNull(3));
+  auto lists = std::static_pointer_cast<arrow::ListArray>(table->column(1)->chunk(0));
+  EXPECT_EQ(std::static_pointer_cast<arrow::StringArray>(lists->value_slice(1))->GetString(0),
+            "\\303");
+
+  // The same text query_database shows.
+  auto queried = query_database(reader(), sql, QueryOptions{});
+  ASSERT_TRUE(queried) << queried.error().message;
+  for (int64_t row = 0; row < 3; ++row) {
+    EXPECT_EQ(*queried->rows[static_cast<size_t>(row)][0], chars->GetString(row));
+  }
 }
 
 TEST_F(ExportTest, RefusesWrites) {
