@@ -149,5 +149,22 @@ TEST_F(TableViewTest, AnUnknownColumnABrokenFileAndAHugeOneAreRefusedClearly) {
   EXPECT_NE(large.error().message.find("download it instead"), std::string::npos);
 }
 
+// A file from a sandbox can be small and hold many values: showing it must not take the
+// server's memory (50 million copies of one number are a 200 KB Parquet file and 400 MB read).
+TEST_F(TableViewTest, ATableTakingMoreMemoryThanAllowedIsRefusedNotRead) {
+  arrow::Int64Builder same;
+  ASSERT_TRUE(same.AppendValues(std::vector<int64_t>(4'000'000, 7)).ok());
+  auto many = parquet(
+      arrow::Table::Make(arrow::schema({arrow::field("n", arrow::int64())}), {*same.Finish()}));
+  EXPECT_LT(std::filesystem::file_size(many), 1u << 20) << "a small file";
+  auto limited = rows(0, 20);
+  limited.max_memory_bytes = 8ull << 20;
+  auto refused = read_table_page(many, "parquet", limited);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_EQ(refused.error().message,
+            "the table takes more than 8 MiB in memory to show; download it instead");
+}
+
 }  // namespace
 }  // namespace quarry::data
