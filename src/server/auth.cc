@@ -270,7 +270,7 @@ ApiResult<void> Authenticator::check_origin(const RequestOrigin& origin) const {
     if (!boost::beast::iequals(boost::beast::string_view(host.data(), host.size()),
                                boost::beast::string_view(origin.host.data(), origin.host.size()))) {
       return api_error(403, "cross_origin",
-                       "a change from another origin ('{}') is refused; use the API from pages "
+                       "a request from another origin ('{}') is refused; use the API from pages "
                        "this server serves, or from a script without an Origin header",
                        origin.origin);
     }

@@ -315,6 +315,11 @@ TEST(Access, ABrowserSessionNeedsItsCsrfTokenForChanges) {
       page.post("/api/v1/conversations", {{"title", "x"}}, {{"Origin", "http://evil.example"}});
   EXPECT_EQ(cross.status, 403);
   EXPECT_EQ(cross.json["error"]["code"], "cross_origin");
+  auto cross_read = page.get("/api/v1/conversations", {{"Origin", "http://evil.example"}});
+  EXPECT_EQ(cross_read.status, 403);
+  EXPECT_EQ(cross_read.json["error"]["message"],
+            "a request from another origin ('http://evil.example') is refused; use the API from "
+            "pages this server serves, or from a script without an Origin header");
 
   // Signing out ends the session.
   EXPECT_EQ(page.del("/api/v1/session").status, 204);
