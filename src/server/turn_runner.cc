@@ -223,9 +223,12 @@ Result<int> TurnRunner::start(const std::string& conversation_id, TurnKind kind,
 void TurnRunner::finish(Running& running, LiveTurn& live, std::shared_ptr<conversation::Turn> turn,
                         const Outcome& outcome) {
   std::string error = outcome.error ? outcome.error->message : "";
-  if (outcome.status == TurnStatus::kCancelled) {
+  {
     std::lock_guard lock(mutex_);
-    if (!running.cancel_reason.empty()) error = running.cancel_reason;
+    running.ended = true;  // its outcome is decided: a cancel from now on finds nothing to stop
+    if (outcome.status == TurnStatus::kCancelled && !running.cancel_reason.empty()) {
+      error = running.cancel_reason;
+    }
   }
   if (outcome.status == TurnStatus::kCancelled && !error.empty()) {
     // The agent recorded "cancelled"; the history says why.
@@ -252,7 +255,8 @@ Result<int> TurnRunner::cancel(const std::string& conversation_id, std::string r
                                std::optional<int> only_turn) {
   std::lock_guard lock(mutex_);
   auto found = running_.find(conversation_id);
-  if (found == running_.end() || (only_turn && found->second->number != *only_turn)) {
+  if (found == running_.end() || found->second->ended ||
+      (only_turn && found->second->number != *only_turn)) {
     return make_error(ErrorCode::kNotFound, "no turn of conversation {} is running",
                       conversation_id);
   }

@@ -63,6 +63,7 @@ class TurnRunner {
     int number = 0;
     UniqueFd cancel;            // an eventfd: readable once cancelled
     std::string cancel_reason;  // guarded by mutex_
+    bool ended = false;         // guarded by mutex_: its job returned, the outcome is decided
     // Under mutex_: the first reason given stays; false if the eventfd could not be written.
     bool request_cancel(std::string_view reason);
   };
