@@ -165,7 +165,14 @@ export async function deleteConversation(id: string) {
     await api.deleteConversation(id);
     conversations.update((state) => ({ ...state, list: state.list.filter((c) => c.id !== id) }));
     go({ page: "home" });
+    focusMain();  // the button that had the focus is gone with the page
   } catch (error) {
     notice.set(messageOf(error));
   }
+}
+
+// Puts the focus on the page's main part, where what a control did shows, when that control is
+// gone (so it does not fall back to the top of the document).
+export function focusMain() {
+  requestAnimationFrame(() => document.getElementById("main")?.focus());
 }

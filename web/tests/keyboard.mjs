@@ -1,7 +1,7 @@
 // A whole flow with the keyboard alone, on a server reached at a LAN address over plain http
 // (no secure context, so no navigator.clipboard): sign in, start a conversation, ask, stop the
 // running step, ask again, open a step row with Enter and close it with Space, copy its code
-// and paste it into the composer.
+// and paste it into the composer, and delete the conversation.
 import { assert, noProblems, open, run, screenshot, tokens, turnEnded, url } from "./browser.mjs";
 
 // Presses Tab (Shift+Tab with `back`) until `target` has the focus; fails after `most` presses.
@@ -69,5 +69,20 @@ await run(async (browser) => {
   await tabTo(page, question);
   await page.keyboard.press("ControlOrMeta+V");
   assert.equal(await question.inputValue(), code);
+
+  // Deleted with the keyboard: the focus goes to the page's main part, not back to the top of
+  // the document, and Tab goes on from there.
+  const id = decodeURIComponent(page.url().split("#/c/")[1]);
+  page.once("dialog", (dialog) => dialog.accept());
+  await tabTo(page, page.getByRole("button", { name: "Delete" }), { back: true });
+  await page.keyboard.press("Enter");
+  await page.waitForURL(/#\/$/);
+  await page.waitForFunction(() => document.activeElement?.id === "main");
+  assert.equal(await page.locator(`.sidebar a[href="#/c/${id}"]`).count(), 0, "gone from the list");
+  await page.keyboard.press("Tab");
+  assert.ok(
+    await page.evaluate(() => document.getElementById("main").contains(document.activeElement)),
+    "Tab goes on within the page",
+  );
   noProblems(page, [/status of 401/]);
 });

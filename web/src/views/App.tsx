@@ -2,7 +2,7 @@
 // the route names.
 import { useEffect, useState } from "preact/hooks";
 
-import { conversations, info, notice, route, session, signOut } from "../app";
+import { conversations, focusMain, info, notice, route, session, signOut } from "../app";
 import { useStore } from "../store";
 import { ConversationPage } from "./ConversationPage";
 import { Home } from "./Home";
@@ -62,11 +62,18 @@ function Shell({ user, canSignOut }: { user: string; canSignOut: boolean }) {
         )}
       </header>
       <Sidebar current={where.page === "conversation" ? where.id : undefined} />
-      <main id="main">
+      <main id="main" tabIndex={-1}>
         {message && (
           <div class="notice" role="alert">
             {message}
-            <button class="link" aria-label="Dismiss" onClick={() => notice.set(null)}>
+            <button
+              class="link"
+              aria-label="Dismiss"
+              onClick={() => {
+                notice.set(null);
+                focusMain();
+              }}
+            >
               ✕
             </button>
           </div>
