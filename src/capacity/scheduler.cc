@@ -598,7 +598,14 @@ Result<void> Scheduler::destroy(std::string_view sandbox_id) {
     }
   }
   lock.lock();
-  if (auto gone = find(sandbox_id); gone != leases_.end()) {
+  auto gone = find(sandbox_id);
+  if (gone != leases_.end() && !destroyed && destroyed.error().code != ErrorCode::kNotFound) {
+    // It may live on (the provider did not answer): counted until it is surely gone, and tried
+    // again (retry_destroys).
+    gone->second.undestroyed = true;
+    spdlog::warn("destroying sandbox {} failed (it stays counted and is tried again): {}",
+                 sandbox_id, destroyed.error().message);
+  } else if (gone != leases_.end()) {
     const uint64_t key = gone->first;
     const bool placed = gone->second.placed;
     leases_.erase(gone);
@@ -608,6 +615,25 @@ Result<void> Scheduler::destroy(std::string_view sandbox_id) {
     free_place(lock, std::nullopt, sandbox_id);
   }
   changed_.notify_all();
+  return destroyed;
+}
+
+int Scheduler::retry_destroys() {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, lease] : leases_) {
+      if (lease.undestroyed) ids.push_back(lease.sandbox_id);
+    }
+  }
+  int destroyed = 0;
+  for (const auto& id : ids) {
+    auto done = destroy(id);
+    if (done || done.error().code == ErrorCode::kNotFound) {
+      spdlog::info("sandbox {}, whose destroy had failed, is gone", id);
+      ++destroyed;
+    }
+  }
   return destroyed;
 }
 

@@ -157,8 +157,11 @@ class Scheduler {
   // A held sandbox is in a turn, or idle since now (the least recently used is evicted first).
   void set_busy(std::string_view sandbox_id, bool busy);
   // Destroys a sandbox through its account and frees its place. kNotFound when the provider
-  // does not know it (its place is freed all the same).
+  // does not know it (its place is freed all the same). Any other failure leaves it counted
+  // (deleting) until retry_destroys gets it.
   Result<void> destroy(std::string_view sandbox_id);
+  // Destroys again the sandboxes whose destroy failed (the reaper calls it). How many went.
+  int retry_destroys();
 
   // A guess at when a refused or timed-out turn might succeed: the median recent wait, 1-60 s.
   std::chrono::seconds retry_after() const;
@@ -190,6 +193,7 @@ class Scheduler {
     std::chrono::steady_clock::time_point idle_since;
     std::chrono::steady_clock::time_point skip_until;  // an eviction failed: not again before
     bool placed = false;                               // holds a place in the shared places
+    bool undestroyed = false;  // a destroy failed: it may live on, and is tried again
   };
   struct Waiter {
     uint64_t seq = 0;

@@ -433,6 +433,7 @@ Result<bool> ConversationManager::delete_between_turns(
 }
 
 Result<int> ConversationManager::reap_idle() {
+  scheduler_->retry_destroys();  // sandboxes a provider failed to destroy, counted meanwhile
   ASSIGN_OR_RETURN(auto references, history_.sandbox_references());
   const auto now = clock_.now();
   auto expired = [&](const SandboxReference& reference) {

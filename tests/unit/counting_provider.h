@@ -63,6 +63,10 @@ class CountingProvider final : public sandbox::SandboxProvider {
   }
   Result<void> destroy(std::string_view id) override {
     std::lock_guard lock(mutex_);
+    if (failing_destroys_ > 0) {
+      --failing_destroys_;
+      return make_error(ErrorCode::kUnavailable, "the provider answered 503 for {}", id);
+    }
     if (!existing_.erase(std::string(id))) return make_error(ErrorCode::kNotFound, "no {}", id);
     alive_.erase(std::string(id));
     destroyed_.push_back(std::string(id));
@@ -116,6 +120,11 @@ class CountingProvider final : public sandbox::SandboxProvider {
     std::lock_guard lock(mutex_);
     return stopped_[id];
   }
+  // The next `count` destroys fail as a remote provider's do when it is unavailable.
+  void fail_destroys(int count) {
+    std::lock_guard lock(mutex_);
+    failing_destroys_ = count;
+  }
   // Counts shared with other providers: sandboxes of every account at once.
   void share(std::atomic<int>* count, std::atomic<int>* most) {
     shared_ = count;
@@ -131,6 +140,7 @@ class CountingProvider final : public sandbox::SandboxProvider {
   std::vector<std::string> destroyed_;
   std::map<std::string, std::vector<std::string>> packages_;
   std::map<std::string, int> stopped_;
+  int failing_destroys_ = 0;
   size_t most_ = 0;
   std::atomic<int>* shared_ = nullptr;
   std::atomic<int>* shared_most_ = nullptr;

@@ -619,6 +619,34 @@ TEST(Scheduler, APlaceThisServerLeftBehindIsFreedAndTheWaiterServed) {
   EXPECT_EQ(places.size(), 0u);
 }
 
+TEST(Scheduler, ASandboxWhoseDestroyFailedStaysCountedUntilATryAgainDestroysIt) {
+  CountingProvider provider;
+  MemoryPlaces places;
+  Scheduler scheduler({{"local", &provider, 1}}, limits(1, 1, 200ms));
+  scheduler.share_limits(places, "a");
+  auto grant = scheduler.acquire(request("alice"));
+  ASSERT_TRUE(grant) << grant.error().message;
+
+  provider.fail_destroys(1);  // the remote provider does not answer: the sandbox may live on
+  auto failed = scheduler.destroy(grant->sandbox_id);
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(provider.existing(), 1u);
+  EXPECT_EQ(scheduler.stats().deleting, 1) << "still counted";
+  EXPECT_EQ(places.size(), 1u) << "its place is kept";
+  auto refused = scheduler.acquire(request("bob"));
+  ASSERT_FALSE(refused) << "no second sandbox past max_sandboxes while the first may live";
+  EXPECT_EQ(provider.most(), 1u);
+
+  EXPECT_EQ(scheduler.retry_destroys(), 1);
+  EXPECT_EQ(provider.existing(), 0u);
+  EXPECT_EQ(scheduler.stats().deleting, 0);
+  EXPECT_EQ(places.size(), 0u);
+  auto next = scheduler.acquire(request("bob"));
+  ASSERT_TRUE(next) << next.error().message;
+  EXPECT_EQ(scheduler.retry_destroys(), 0) << "nothing left to try again";
+}
+
 TEST(Scheduler, AHoldIsRefusedWhenAnotherServerHoldsTheRoom) {
   CountingProvider here("a-"), there("b-");
   MemoryPlaces places;
