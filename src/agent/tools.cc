@@ -105,6 +105,13 @@ ToolResult failed(std::string message) {
   return result;
 }
 
+// A data tool stopped by the turn's cancel fd: the turn ends here, as after a stopped command.
+ToolResult stopped(const Error& error) {
+  ToolResult result = failed(error.message);
+  result.cancelled = true;
+  return result;
+}
+
 }  // namespace
 
 Result<void> check_arguments(const ToolSchema& definition, const nlohmann::json& arguments) {
@@ -190,28 +197,31 @@ ToolResult Toolbox::dispatch(const ToolCall& call, conversation::Turn& turn, con
   if (auto valid = check_arguments(*definition, arguments); !valid) {
     return failed(valid.error().message);
   }
-  if (name == "query_database") return query_database(arguments);
-  if (name == "export_query") return export_query(arguments, turn);
+  if (name == "query_database") return query_database(arguments, io);
+  if (name == "export_query") return export_query(arguments, turn, io);
   if (name == "write_file") return write_file(arguments, turn);
   if (name == "run_python") return run_python(arguments, turn, io);
   return list_outputs(turn);
 }
 
-ToolResult Toolbox::query_database(const nlohmann::json& arguments) {
+ToolResult Toolbox::query_database(const nlohmann::json& arguments, const ToolIo& io) {
   if (!environment_.database) {
     return failed(fmt::format("query_database: {}", environment_.database.error().message));
   }
   const auto& database = environment_.config.database;
-  auto result =
-      data::query_database(environment_.database->reader, arguments["sql"].get<std::string>(),
-                           {database.query_max_rows, database.statement_timeout});
+  data::QueryOptions options{database.query_max_rows, database.statement_timeout};
+  options.cancel_fd = io.cancel_fd;
+  auto result = data::query_database(environment_.database->reader,
+                                     arguments["sql"].get<std::string>(), options);
+  if (!result && result.error().code == ErrorCode::kCancelled) return stopped(result.error());
   if (!result) return failed(result.error().message + "\nFix the SQL and try again.");
   ToolResult tool;
   tool.content = data::to_text(*result);
   return tool;
 }
 
-ToolResult Toolbox::export_query(const nlohmann::json& arguments, conversation::Turn& turn) {
+ToolResult Toolbox::export_query(const nlohmann::json& arguments, conversation::Turn& turn,
+                                 const ToolIo& io) {
   if (!environment_.database) {
     return failed(fmt::format("export_query: {}", environment_.database.error().message));
   }
@@ -222,12 +232,16 @@ ToolResult Toolbox::export_query(const nlohmann::json& arguments, conversation::
   request.sql = arguments["sql"].get<std::string>();
   request.filename = arguments["filename"].get<std::string>();
   request.options = data::export_options(config);
+  request.options.cancel_fd = io.cancel_fd;
   request.temp_dir = environment_.state_dir / "tmp";
   auto& sandbox = turn.sandbox();
   auto exported =
       data::export_to_sandbox(request, [&](std::string_view path, std::istream& content) {
         return sandbox.write_file(path, content);
       });
+  if (!exported && exported.error().code == ErrorCode::kCancelled) {
+    return stopped(exported.error());
+  }
   if (!exported) return failed(exported.error().message);
   const auto& summary = exported->summary;
   std::string content = fmt::format("Wrote {} rows to {} ({}, {}).", summary.rows, exported->path,

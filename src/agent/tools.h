@@ -57,8 +57,9 @@ class Toolbox {
 
  private:
   ToolResult dispatch(const ToolCall& call, conversation::Turn& turn, const ToolIo& io);
-  ToolResult query_database(const nlohmann::json& arguments);
-  ToolResult export_query(const nlohmann::json& arguments, conversation::Turn& turn);
+  ToolResult query_database(const nlohmann::json& arguments, const ToolIo& io);
+  ToolResult export_query(const nlohmann::json& arguments, conversation::Turn& turn,
+                          const ToolIo& io);
   ToolResult write_file(const nlohmann::json& arguments, conversation::Turn& turn);
   ToolResult run_python(const nlohmann::json& arguments, conversation::Turn& turn,
                         const ToolIo& io);

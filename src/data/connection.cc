@@ -1,5 +1,6 @@
 #include "data/connection.h"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -9,6 +10,57 @@
 
 namespace quarry::data {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a cancelled statement's last messages are read: the server answers a cancel at once,
+// and past this the connection is closed with the statement unanswered.
+constexpr auto kDrainTime = std::chrono::seconds(5);
+
+// Waits until `socket` is readable or `deadline` passes (false).
+bool wait_readable(int socket, Clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd watch{.fd = socket, .events = POLLIN, .revents = 0};
+    const int ready = ::poll(&watch, 1, static_cast<int>(left.count()));
+    if (ready > 0) return true;
+    if (ready < 0 && errno != EINTR) return false;
+  }
+}
+
+// Reads and drops what the server still sends for the statements sent (rows, COPY data, their
+// final results) until it has sent all, or `deadline` passes.
+void discard_results(PGconn* connection, Clock::time_point deadline) {
+  const int socket = PQsocket(connection);
+  // Waits for more from the server; false if it will not come.
+  const auto more = [&] {
+    return socket >= 0 && wait_readable(socket, deadline) && PQconsumeInput(connection);
+  };
+  for (;;) {
+    if (PQisBusy(connection)) {
+      if (!more()) return;
+      continue;
+    }
+    PgResult result(PQgetResult(connection));
+    if (!result) return;
+    const auto status = PQresultStatus(result.get());
+    if (status == PGRES_COPY_IN || status == PGRES_COPY_BOTH) return;  // quarry sends no COPY
+    if (status != PGRES_COPY_OUT) continue;
+    // A COPY ends with -1, and then its final result comes as any other.
+    for (;;) {
+      char* buffer = nullptr;
+      const int size = PQgetCopyData(connection, &buffer, 1);
+      if (size > 0) {
+        PQfreemem(buffer);
+      } else if (size == -1) {
+        break;
+      } else if (size == -2 || !more()) {
+        return;
+      }
+    }
+  }
+}
 
 std::string trimmed(const char* text) {
   std::string_view view = text ? text : "";
@@ -53,13 +105,20 @@ Error error_from_result(const PGresult* result) {
 Result<Connection> Connection::open(const std::string& conninfo,
                                     std::chrono::seconds connect_timeout) {
   const std::string timeout = std::to_string(connect_timeout.count());
-  // expand_dbname: `conninfo` may be a URL or key=value string; the other keywords add to it
-  // (and win over it). Text must reach Arrow as UTF-8 whatever the database's encoding: the
-  // server converts it (LATIN1, WIN1252, ...; a SQL_ASCII database's bytes stay as they are).
-  const std::array<const char*, 5> keywords = {"dbname", "application_name", "connect_timeout",
-                                               "client_encoding", nullptr};
-  const std::array<const char*, 5> values = {conninfo.c_str(), "quarry", timeout.c_str(), "UTF8",
-                                             nullptr};
+  // expand_dbname: `conninfo` may be a URL or key=value string; keywords after it add to it
+  // and win over it, those before it give way to what it sets. Text must reach Arrow as UTF-8
+  // whatever the database's encoding: the server converts it (LATIN1, WIN1252, ...; a SQL_ASCII
+  // database's bytes stay as they are). Over TCP, keepalives (probes after 30 s of silence,
+  // every 10 s, 3 missed) and tcp_user_timeout (60 s unacknowledged) end a connection whose
+  // network died within about a minute; without them a query's wait would never end. A url
+  // that sets its own keeps them. Unix sockets ignore both.
+  const std::array<const char*, 10> keywords = {"keepalives",          "keepalives_idle",
+                                                "keepalives_interval", "keepalives_count",
+                                                "tcp_user_timeout",    "dbname",
+                                                "application_name",    "connect_timeout",
+                                                "client_encoding",     nullptr};
+  const std::array<const char*, 10> values = {
+      "1", "30", "10", "3", "60000", conninfo.c_str(), "quarry", timeout.c_str(), "UTF8", nullptr};
   Connection connection(PQconnectdbParams(keywords.data(), values.data(), 1));
   if (!connection.connection_) {
     return make_error(ErrorCode::kResourceExhausted, "libpq could not allocate a connection");
@@ -124,54 +183,115 @@ Result<PgResult> Connection::exec(std::string_view sql,
     format_codes.push_back(static_cast<int>(formats[index]));
   }
   const std::string text(sql);
-  return checked(
-      PQexecParams(get(), text.c_str(), static_cast<int>(values.size()), nullptr, values.data(),
-                   lengths.data(), format_codes.data(), static_cast<int>(result_format)),
-      "sending the statement", {PGRES_COMMAND_OK, PGRES_TUPLES_OK});
+  constexpr std::string_view kDoing = "sending the statement";
+  if (!PQsendQueryParams(get(), text.c_str(), static_cast<int>(values.size()), nullptr,
+                         values.data(), lengths.data(), format_codes.data(),
+                         static_cast<int>(result_format))) {
+    return std::unexpected(connection_error(kDoing));
+  }
+  return finish(kDoing, {PGRES_COMMAND_OK, PGRES_TUPLES_OK});
 }
 
 Result<void> Connection::exec_script(std::string_view sql) {
   const std::string text(sql);
-  RETURN_IF_ERROR(checked(PQexec(get(), text.c_str()), "sending the statements",
-                          {PGRES_COMMAND_OK, PGRES_TUPLES_OK}));
+  constexpr std::string_view kDoing = "sending the statements";
+  if (!PQsendQuery(get(), text.c_str())) return std::unexpected(connection_error(kDoing));
+  RETURN_IF_ERROR(finish(kDoing, {PGRES_COMMAND_OK, PGRES_TUPLES_OK}));
   return {};
 }
 
 Result<PgResult> Connection::describe(std::string_view name, std::string_view sql) {
   const std::string text(sql);
   const std::string statement(name);
-  RETURN_IF_ERROR(checked(PQprepare(get(), statement.c_str(), text.c_str(), 0, nullptr),
-                          "sending the statement", {PGRES_COMMAND_OK}));
-  return checked(PQdescribePrepared(get(), statement.c_str()), "describing the statement",
-                 {PGRES_COMMAND_OK});
+  if (!PQsendPrepare(get(), statement.c_str(), text.c_str(), 0, nullptr)) {
+    return std::unexpected(connection_error("sending the statement"));
+  }
+  RETURN_IF_ERROR(finish("sending the statement", {PGRES_COMMAND_OK}));
+  if (!PQsendDescribePrepared(get(), statement.c_str())) {
+    return std::unexpected(connection_error("describing the statement"));
+  }
+  return finish("describing the statement", {PGRES_COMMAND_OK});
 }
 
 Result<void> Connection::start_copy_out(std::string_view sql) {
   const std::string text(sql);
-  RETURN_IF_ERROR(
-      checked(PQexecParams(get(), text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1),
-              "starting COPY", {PGRES_COPY_OUT}));
+  if (!PQsendQueryParams(get(), text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1)) {
+    return std::unexpected(connection_error("starting COPY"));
+  }
+  RETURN_IF_ERROR(finish("starting COPY", {PGRES_COPY_OUT}));
   return {};
 }
 
 Result<std::optional<CopyChunk>> Connection::next_copy_chunk() {
-  char* buffer = nullptr;
-  const int size = PQgetCopyData(get(), &buffer, 0);
-  if (size > 0) {
-    CopyChunk chunk;
-    chunk.buffer.reset(buffer);
-    chunk.size = static_cast<size_t>(size);
-    return chunk;
+  for (;;) {
+    char* buffer = nullptr;
+    const int size = PQgetCopyData(get(), &buffer, /*async=*/1);
+    if (size > 0) {
+      CopyChunk chunk;
+      chunk.buffer.reset(buffer);
+      chunk.size = static_cast<size_t>(size);
+      return chunk;
+    }
+    if (size == -2) return std::unexpected(connection_error("reading COPY data"));
+    if (size == -1) break;
+    // 0: no whole message yet.
+    RETURN_IF_ERROR(wait_for_server());
+    if (!PQconsumeInput(get())) return std::unexpected(connection_error("reading COPY data"));
   }
-  if (size == -2) return std::unexpected(connection_error("reading COPY data"));
   // -1: the COPY is over; its final result says whether it succeeded.
-  PgResult result(PQgetResult(get()));
-  while (PgResult extra{PQgetResult(get())}) {
+  ASSIGN_OR_RETURN(auto result, next_result());
+  for (;;) {
+    ASSIGN_OR_RETURN(auto extra, next_result());
+    if (!extra) break;
   }
   if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
     return std::unexpected(error_from_result(result.get()));
   }
   return std::nullopt;
+}
+
+Result<PgResult> Connection::next_result() {
+  while (PQisBusy(get())) {
+    RETURN_IF_ERROR(wait_for_server());
+    if (!PQconsumeInput(get())) return std::unexpected(connection_error("reading the result"));
+  }
+  return PgResult(PQgetResult(get()));
+}
+
+Result<PgResult> Connection::finish(std::string_view doing,
+                                    std::initializer_list<ExecStatusType> expected) {
+  PgResult kept;
+  for (;;) {
+    ASSIGN_OR_RETURN(auto result, next_result());
+    if (!result) break;
+    const auto status = PQresultStatus(result.get());
+    if (!kept || PQresultStatus(kept.get()) != PGRES_FATAL_ERROR) kept = std::move(result);
+    // A COPY's data comes after its first result: the caller reads it.
+    if (status == PGRES_COPY_OUT || status == PGRES_COPY_IN || status == PGRES_COPY_BOTH) break;
+  }
+  return checked(kept.release(), doing, expected);
+}
+
+Result<void> Connection::wait_for_server() {
+  const int socket = PQsocket(get());
+  if (socket < 0) return std::unexpected(connection_error("waiting for the server"));
+  // poll() skips an entry whose fd is negative: without a cancel fd only the socket counts.
+  std::array<pollfd, 2> watch = {pollfd{.fd = socket, .events = POLLIN, .revents = 0},
+                                 pollfd{.fd = cancel_fd_, .events = POLLIN, .revents = 0}};
+  for (;;) {
+    const int ready = ::poll(watch.data(), watch.size(), -1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return errno_error("poll(PostgreSQL's socket)");
+    if (watch[1].revents != 0) return std::unexpected(stop_statement());
+    return {};
+  }
+}
+
+Error Connection::stop_statement() {
+  cancel();
+  // Read to its end, the statement is over on the server too when the caller hears it stopped.
+  discard_results(get(), Clock::now() + kDrainTime);
+  return Error{ErrorCode::kCancelled, "cancelled: the query was stopped"};
 }
 
 void Connection::cancel() {

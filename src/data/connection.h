@@ -71,6 +71,15 @@ class Connection {
   // The next message of the running COPY; nullopt once it has ended (successfully).
   Result<std::optional<CopyChunk>> next_copy_chunk();
 
+  // The next result of a statement sent with PQsendQuery*, waited for; null once there are no
+  // more.
+  Result<PgResult> next_result();
+
+  // While `fd` is set (not -1), every wait for the server also watches it: once it is readable
+  // (a Stop, Ctrl-C, a shutdown) the running statement is cancelled on the server, what it
+  // still sends is read and dropped, and the call returns kCancelled. `fd` is never read.
+  void set_cancel_fd(int fd) { cancel_fd_ = fd; }
+
   // Asks the server to cancel the running statement (best effort).
   void cancel();
 
@@ -89,7 +98,17 @@ class Connection {
   // The error libpq reports for the connection itself (no result).
   Error connection_error(std::string_view what) const;
 
+  // What PQexec would return for the statement just sent, waited for here: its first error,
+  // else its last result, `doing` naming the step in an error without a result.
+  Result<PgResult> finish(std::string_view doing, std::initializer_list<ExecStatusType> expected);
+  // Waits until the server has sent something; kCancelled (the statement stopped) if
+  // cancel_fd_ becomes readable first.
+  Result<void> wait_for_server();
+  // Cancels the running statement and drops what is left of it.
+  Error stop_statement();
+
   std::unique_ptr<PGconn, Deleter> connection_;
+  int cancel_fd_ = -1;
 };
 
 // Starts a READ ONLY transaction whose statements are cancelled after `statement_timeout`.

@@ -21,6 +21,8 @@ struct ExportOptions {
   uint64_t row_group_bytes = 64 * kMiB;  // a row group also ends when its values reach this
   // Called after each row group with the rows written so far (for progress lines).
   std::function<void(uint64_t rows)> on_progress;
+  // Readable: the export stops, its query cancelled on the server (kCancelled). -1: none.
+  int cancel_fd = -1;
 };
 
 // The options config.yml sets: sandbox.export_max_rows, database.statement_timeout and

@@ -19,6 +19,7 @@ Result<QueryResult> query_database(const std::string& conninfo, std::string_view
   constexpr std::string_view kTool = "query_database";
   const auto start = Clock::now();
   ASSIGN_OR_RETURN(auto connection, Connection::open(conninfo));
+  connection.set_cancel_fd(options.cancel_fd);
   RETURN_IF_ERROR(begin_read_only(connection, options.statement_timeout));
   QueryResult result;
   result.max_rows = options.max_rows;
@@ -40,7 +41,14 @@ Result<QueryResult> query_database(const std::string& conninfo, std::string_view
     if (!result.truncated) connection.cancel();
     result.truncated = true;
   };
-  while (PgResult row{PQgetResult(connection.get())}) {
+  for (;;) {
+    auto next = connection.next_result();
+    if (!next) {
+      return std::unexpected(
+          database_error(std::move(next).error(), options.statement_timeout, kTool));
+    }
+    const PgResult row = std::move(*next);
+    if (!row) break;
     const auto status = PQresultStatus(row.get());
     if (status == PGRES_SINGLE_TUPLE) {
       if (result.truncated) continue;  // rows sent before the cancel arrived

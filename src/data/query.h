@@ -22,6 +22,9 @@ struct QueryOptions {
   uint64_t max_value_bytes = 4096;
   // The values' bytes kept in all: the rows stop before the one that would pass it.
   uint64_t max_bytes = 16 << 20;
+  // Readable (a Stop, Ctrl-C or shutdown): the running query is cancelled on the server and
+  // the call returns kCancelled. -1: nothing stops it but the statement timeout.
+  int cancel_fd = -1;
 };
 
 struct QueryResult {

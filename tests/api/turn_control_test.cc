@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "api_environment.h"
+#include "postgres_environment.h"
 #include "sandbox_environment.h"
 
 namespace quarry::testing {
@@ -186,6 +187,35 @@ TEST(TurnControl, CancelWhileACommandRunsKillsItAndTheNextTurnKnows) {
   EXPECT_NE(
       of_type(late.events, "tool_finished")[0].data["content"].get<std::string>().find("False"),
       std::string::npos);
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+}
+
+// A Stop while a query runs cancels it in PostgreSQL: the step ends as stopped, rather than
+// when the statement timeout ends the query.
+TEST(TurnControl, CancelWhileAQueryRunsStopsItInTheDatabase) {
+  QuarryServer server;
+  ASSERT_TRUE(server.started());
+  ApiClient api(server.url());
+  const auto id = api.create_conversation();
+  BackgroundStream cell(
+      api, "POST", fmt::format("/api/v1/conversations/{}/cells", id),
+      R"({"kind": "sql_query", "code": "SELECT pg_sleep(30) AS quarry_stopped_cell"})");
+  ASSERT_TRUE(cell.wait_for_type("tool_started"));
+  for (int i = 0; i < 100 && running_statements("quarry_stopped_cell") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(running_statements("quarry_stopped_cell"), 1) << "the query never started";
+
+  auto cancelled = api.post(fmt::format("/api/v1/conversations/{}/cancel", id), nullptr);
+  ASSERT_EQ(cancelled.status, 202) << cancelled.body;
+  auto stream = cell.finish();
+  EXPECT_EQ(stream.events.back().data["status"], "cancelled");
+  EXPECT_EQ(running_statements("quarry_stopped_cell"), 0);
+  auto document = api.get("/api/v1/conversations/" + id);
+  const auto& messages = document.json["messages"];
+  ASSERT_GE(messages.size(), 3u);
+  EXPECT_EQ(messages[2]["role"], "tool");
+  EXPECT_EQ(messages[2]["content"], "(stopped: the turn was cancelled)");
   EXPECT_EQ(server.stop(SIGTERM), 0);
 }
 

@@ -390,6 +390,21 @@ TEST_F(ExportTest, EndsALongExportAtTheStatementTimeout) {
   EXPECT_FALSE(std::filesystem::exists(file_));
 }
 
+// A Stop ends an export while its query runs: kCancelled, no file, and PostgreSQL runs the
+// query no more (it is not run again, as after a misfit).
+TEST_F(ExportTest, StopsARunningExportWhenCancelled) {
+  quarry::testing::StopAfter stop(std::chrono::milliseconds(300));
+  auto opts = options();
+  opts.cancel_fd = stop.fd();
+  auto summary =
+      export_parquet(reader(), "SELECT 1 AS quarry_stopped_export FROM pg_sleep(30)", file_, opts);
+  ASSERT_FALSE(summary) << summary->rows;
+  EXPECT_EQ(summary.error().code, ErrorCode::kCancelled) << summary.error().message;
+  EXPECT_EQ(summary.error().message, "export_query: cancelled: the query was stopped");
+  EXPECT_FALSE(std::filesystem::exists(file_));
+  EXPECT_EQ(quarry::testing::running_statements("quarry_stopped_export"), 0);
+}
+
 TEST_F(ExportTest, RefusesABadFileNameBeforeTouchingAnything) {
   SandboxExportRequest request;
   request.data_dir = "/home/sandbox/data";

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -102,6 +103,29 @@ void admin_sql(const std::string& sql) {
   ASSERT_TRUE(connection) << connection.error().message;
   auto done = connection->exec_script(sql);
   ASSERT_TRUE(done) << done.error().message;
+}
+
+int64_t running_statements(std::string_view marker) {
+  auto connection = data::Connection::open(PostgresEnvironment::get().server().admin_conninfo);
+  EXPECT_TRUE(connection) << connection.error().message;
+  if (!connection) return -1;
+  auto count = connection->exec(
+      "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() "
+      "AND strpos(query, $1) > 0",
+      {std::string(marker)});
+  EXPECT_TRUE(count) << count.error().message;
+  return count ? std::stoll(PQgetvalue(count->get(), 0, 0)) : -1;
+}
+
+StopAfter::StopAfter(std::chrono::milliseconds after)
+    : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), stopper_([fd = fd_.get(), after] {
+        std::this_thread::sleep_for(after);
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t written = ::write(fd, &one, sizeof(one));
+      }) {}
+
+StopAfter::~StopAfter() {
+  stopper_.join();
 }
 
 // Registered before main() runs, beside whatever environments the binary's main adds.

@@ -5,9 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <thread>
 
+#include "common/unique_fd.h"
 #include "data/postgres_server.h"
 
 namespace quarry::testing {
@@ -34,5 +39,23 @@ class PostgresEnvironment : public ::testing::Environment {
 
 // Runs SQL as the superuser (test setup); fails the test on error.
 void admin_sql(const std::string& sql);
+
+// How many statements PostgreSQL is running whose text contains `marker` (this one aside), as
+// the superuser sees them in pg_stat_activity; -1 (and a failed test) if it cannot tell.
+int64_t running_statements(std::string_view marker);
+
+// A Stop as the server gives a turn one: an eventfd that becomes readable `after` from now.
+class StopAfter {
+ public:
+  explicit StopAfter(std::chrono::milliseconds after);
+  ~StopAfter();
+  StopAfter(const StopAfter&) = delete;
+  StopAfter& operator=(const StopAfter&) = delete;
+  int fd() const { return fd_.get(); }
+
+ private:
+  UniqueFd fd_;
+  std::thread stopper_;
+};
 
 }  // namespace quarry::testing

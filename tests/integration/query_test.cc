@@ -139,6 +139,50 @@ TEST(QueryDatabase, EndsALongQueryAtTheStatementTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+// A Stop (the turn's cancel fd becoming readable) ends a running query: the call says it was
+// cancelled, and PostgreSQL runs it no more, rather than for the whole statement timeout.
+TEST(QueryDatabase, StopsARunningQueryWhenCancelled) {
+  quarry::testing::StopAfter stop(std::chrono::milliseconds(300));
+  QueryOptions opts = options();
+  opts.cancel_fd = stop.fd();
+  auto slow = query_database(reader(), "SELECT pg_sleep(30) AS quarry_stopped_query", opts);
+  ASSERT_FALSE(slow) << to_text(*slow);
+  EXPECT_EQ(slow.error().code, ErrorCode::kCancelled) << slow.error().message;
+  EXPECT_EQ(slow.error().message, "query_database: cancelled: the query was stopped");
+  EXPECT_EQ(quarry::testing::running_statements("quarry_stopped_query"), 0);
+}
+
+// Keepalives notice a network that died under a running query; a database.url that sets its
+// own keeps them.
+TEST(Connection, SetsKeepalivesUnlessTheUrlDoes) {
+  auto setting = [](const Connection& connection, std::string_view keyword) {
+    std::string value;
+    PQconninfoOption* options = PQconninfo(connection.get());
+    for (auto* option = options; option && option->keyword; ++option) {
+      if (option->keyword == keyword && option->val) value = option->val;
+    }
+    PQconninfoFree(options);
+    return value;
+  };
+  const std::string url = PostgresEnvironment::get().server().reader_url;
+  auto plain = Connection::open(url);
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_EQ(setting(*plain, "keepalives"), "1");
+  EXPECT_EQ(setting(*plain, "keepalives_idle"), "30");
+  EXPECT_EQ(setting(*plain, "keepalives_interval"), "10");
+  EXPECT_EQ(setting(*plain, "keepalives_count"), "3");
+  EXPECT_EQ(setting(*plain, "tcp_user_timeout"), "60000");
+
+  for (const std::string& own : {url + "?keepalives_idle=7&tcp_user_timeout=9000",
+                                 reader() + " keepalives_idle=7 tcp_user_timeout=9000"}) {
+    auto connection = Connection::open(own);
+    ASSERT_TRUE(connection) << connection.error().message;
+    EXPECT_EQ(setting(*connection, "keepalives_idle"), "7");
+    EXPECT_EQ(setting(*connection, "tcp_user_timeout"), "9000");
+    EXPECT_EQ(setting(*connection, "keepalives_count"), "3");
+  }
+}
+
 TEST(QueryDatabase, ReportsSqlErrorsClearly) {
   struct Case {
     const char* sql;

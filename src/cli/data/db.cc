@@ -1,6 +1,7 @@
 // quarry db up | down | seed-demo | query | export, as they run (the options: db_commands.cc).
 #include <iostream>
 
+#include "cli/cancel_signals.h"
 #include "cli/data/data_room.h"
 #include "common/file_util.h"
 #include "common/progress.h"
@@ -13,6 +14,14 @@
 
 namespace quarry::cli {
 namespace {
+
+// A failed query or export; after Ctrl-C (its query cancelled on the server) as the other long
+// commands say it.
+int report_stopped(const Error& error) {
+  if (error.code != ErrorCode::kCancelled) return report(error);
+  std::cerr << "quarry: cancelled\n";
+  return kCancelledExit;
+}
 
 // Progress lines for a long export: at most one per million rows.
 std::function<void(uint64_t)> export_progress(Progress& progress) {
@@ -115,14 +124,18 @@ int DataRoom::db_seed_demo(Context& context, const DbOptions& options) {
 int DataRoom::db_query(Context& context, const DbOptions& options) {
   ASSIGN_OR_RETURN_CLI(const Config* config, context.config());
   ASSIGN_OR_RETURN_CLI(auto target, data::resolve_database(config->database, context.state_dir()));
-  ASSIGN_OR_RETURN_CLI(auto result, data::query_database(target.reader, options.query_sql,
-                                                         {config->database.query_max_rows,
-                                                          config->database.statement_timeout}));
+  CancelSignals cancel;
+  data::QueryOptions query_options{config->database.query_max_rows,
+                                   config->database.statement_timeout};
+  query_options.cancel_fd = cancel.fd();
+  auto result = data::query_database(target.reader, options.query_sql, query_options);
+  if (!result) return report_stopped(result.error());
   if (options.query_json) {
-    std::cout << data::to_json(result).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+    std::cout << data::to_json(*result).dump(2, ' ', false,
+                                             nlohmann::json::error_handler_t::replace)
               << std::endl;
   } else {
-    std::cout << data::to_text(result);
+    std::cout << data::to_text(*result);
   }
   return 0;
 }
@@ -131,11 +144,15 @@ int DataRoom::db_export(Context& context, const DbOptions& options) {
   ASSIGN_OR_RETURN_CLI(const Config* config, context.config());
   ASSIGN_OR_RETURN_CLI(auto target, data::resolve_database(config->database, context.state_dir()));
   Progress progress("export", 0);
+  CancelSignals cancel;
   auto export_options = data::export_options(*config);
   export_options.on_progress = export_progress(progress);
+  export_options.cancel_fd = cancel.fd();
   if (options.export_sandbox.empty()) {
-    ASSIGN_OR_RETURN_CLI(auto summary, export_to_host(target.reader, options.export_sql,
-                                                      options.export_file, export_options));
+    auto exported =
+        export_to_host(target.reader, options.export_sql, options.export_file, export_options);
+    if (!exported) return report_stopped(exported.error());
+    const auto& summary = *exported;
     progress.finish(fmt::format("{} rows", summary.rows));
     if (options.export_json) {
       auto json = data::to_json(summary);
@@ -155,7 +172,9 @@ int DataRoom::db_export(Context& context, const DbOptions& options) {
   ASSIGN_OR_RETURN_CLI(auto upload, data::upload_to(*provider, options.export_sandbox));
   data::SandboxExportRequest request{config->sandbox.data_dir, target.reader,  options.export_sql,
                                      options.export_file,      export_options, temp_dir};
-  ASSIGN_OR_RETURN_CLI(auto result, data::export_to_sandbox(request, upload));
+  auto exported = data::export_to_sandbox(request, upload);
+  if (!exported) return report_stopped(exported.error());
+  const auto& result = *exported;
   progress.finish(fmt::format("{} rows", result.summary.rows));
   if (options.export_json) {
     std::cout << data::to_json(result).dump(2) << std::endl;
