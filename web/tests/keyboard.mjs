@@ -38,6 +38,9 @@ await run(async (browser) => {
   const step = page.locator("li.turn[data-turn='1'] details.step");
   await step.locator("pre.stdout", { hasText: "started" }).waitFor();
   const stop = page.getByRole("button", { name: "Stop" });
+  // Only the running turn is busy: Stop and the page around it stay announced.
+  assert.equal(await page.locator("li.turn[data-turn='1']").getAttribute("aria-busy"), "true");
+  assert.ok(await stop.evaluate((node) => node.closest("[aria-busy='true']") === null), "Stop is in no busy region");
   await tabTo(page, stop);
   await screenshot(page, "keyboard-stop");
   await page.keyboard.press("Enter");

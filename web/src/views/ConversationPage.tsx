@@ -52,7 +52,7 @@ export function ConversationPage({ id }: { id: string }) {
     setDraft({ mode: "cell", ...cell, key: Date.now() });
 
   return (
-    <section class="conversation" aria-busy={state.running}>
+    <section class="conversation">
       <header class="conversation-head">
         <h1>{state.detail?.title || listed?.title || "New conversation"}</h1>
         <div class="actions">

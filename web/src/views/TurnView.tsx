@@ -20,7 +20,9 @@ const kCellNames: Record<string, string> = { python: "Python", sql_query: "SQL q
 
 export function TurnView({ turn, expanded, onEditCell, onEditQuestion }: Props) {
   return (
-    <li class={`turn turn-${turn.status}`} data-turn={turn.number}>
+    // Busy while it runs: that turn only, so the composer (Stop) and the turns before it are
+    // not hidden from assistive technology meanwhile.
+    <li class={`turn turn-${turn.status}`} data-turn={turn.number} aria-busy={turn.status === "running"}>
       {turn.kind === "ask" ? (
         <div class="question">
           <p>{turn.question}</p>
