@@ -1,7 +1,8 @@
 // A whole flow with the keyboard alone, on a server reached at a LAN address over plain http
 // (no secure context, so no navigator.clipboard): sign in, start a conversation, ask, stop the
 // running step, ask again, open a step row with Enter and close it with Space, copy its code
-// and paste it into the composer, and delete the conversation.
+// and paste it into the composer, move between the composer's tabs with the arrow keys, and
+// delete the conversation.
 import { assert, noProblems, open, run, screenshot, tokens, turnEnded, url } from "./browser.mjs";
 
 // Presses Tab (Shift+Tab with `back`) until `target` has the focus; fails after `most` presses.
@@ -72,6 +73,21 @@ await run(async (browser) => {
   await tabTo(page, question);
   await page.keyboard.press("ControlOrMeta+V");
   assert.equal(await question.inputValue(), code);
+
+  // The composer's tabs: one Tab stop, the arrow keys move between them and switch the panel.
+  const askTab = page.getByRole("tab", { name: "Ask" });
+  await tabTo(page, askTab, { back: true });
+  await page.keyboard.press("ArrowRight");
+  const cellTab = page.getByRole("tab", { name: "Cell" });
+  await page.waitForFunction((node) => node === document.activeElement, await cellTab.elementHandle());
+  assert.equal(await cellTab.getAttribute("aria-selected"), "true");
+  const panel = page.locator(`#${await cellTab.getAttribute("aria-controls")}`);
+  assert.equal(await panel.getAttribute("role"), "tabpanel");
+  assert.equal(await panel.getByLabel("Code").count(), 1, "the panel is the cell's");
+  assert.equal(await askTab.getAttribute("tabindex"), "-1", "one Tab stop for the tabs");
+  await page.keyboard.press("ArrowLeft");
+  await page.waitForFunction((node) => node === document.activeElement, await askTab.elementHandle());
+  assert.equal(await question.inputValue(), code, "the question is kept across the switch");
 
   // Deleted with the keyboard: the focus goes to the page's main part, not back to the top of
   // the document, and Tab goes on from there.

@@ -60,6 +60,15 @@ export function Composer({ running, modelAvailable, draft, onAsk, onCell, onStop
       if (!taken) setQuestion((now) => (now === "" ? text : now));
     });
   };
+  const modes: ("ask" | "cell")[] = modelAvailable ? ["ask", "cell"] : ["cell"];
+  const onTabKey = (event: KeyboardEvent) => {
+    if (event.key !== "ArrowLeft" && event.key !== "ArrowRight") return;
+    event.preventDefault();
+    const step = event.key === "ArrowRight" ? 1 : modes.length - 1;
+    const next = modes[(modes.indexOf(mode) + step) % modes.length];
+    setMode(next);
+    document.getElementById(`composer-tab-${next}`)?.focus();
+  };
   const run = () => {
     if (running || code.trim() === "") return;
     onCell(kind, code, filename.trim());
@@ -74,81 +83,90 @@ export function Composer({ running, modelAvailable, draft, onAsk, onCell, onStop
         else run();
       }}
     >
-      <div class="tabs" role="tablist">
-        {modelAvailable && (
-          <button type="button" role="tab" aria-selected={mode === "ask"} onClick={() => setMode("ask")}>
-            Ask
+      {/* Tabs as WAI-ARIA's pattern has them: one Tab stop, the arrow keys move between them. */}
+      <div class="tabs" role="tablist" aria-label="What to send" onKeyDown={onTabKey}>
+        {modes.map((each) => (
+          <button
+            key={each}
+            id={`composer-tab-${each}`}
+            type="button"
+            role="tab"
+            aria-selected={mode === each}
+            aria-controls="composer-panel"
+            tabIndex={mode === each ? 0 : -1}
+            onClick={() => setMode(each)}
+          >
+            {each === "ask" ? "Ask" : "Cell"}
           </button>
-        )}
-        <button type="button" role="tab" aria-selected={mode === "cell"} onClick={() => setMode("cell")}>
-          Cell
-        </button>
+        ))}
       </div>
-      {mode === "ask" ? (
-        <>
-          <label class="visually-hidden" for="question">
-            Question
-          </label>
-          <textarea
-            id="question"
-            ref={input}
-            rows={2}
-            value={question}
-            placeholder="Ask about your data (Enter sends, Shift+Enter for a new line)"
-            onInput={(event) => setQuestion(event.currentTarget.value)}
-            onKeyDown={(event) => {
-              // Enter that confirms an input method's candidate is not a send.
-              if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-                event.preventDefault();
-                ask();
-              }
-            }}
-          />
-        </>
-      ) : (
-        <>
-          <div class="cell-options">
-            <label for="cell-kind">Kind</label>
-            <select id="cell-kind" value={kind} onChange={(event) => setKind(event.currentTarget.value as CellKind)}>
-              {kKinds.map((option) => (
-                <option key={option.kind} value={option.kind}>
-                  {option.label}
-                </option>
-              ))}
-            </select>
-            {kind === "sql_export" && (
-              <>
-                <label for="cell-filename">File</label>
-                <input
-                  id="cell-filename"
-                  value={filename}
-                  placeholder="views.parquet"
-                  onInput={(event) => setFilename(event.currentTarget.value)}
-                />
-              </>
-            )}
-          </div>
-          <label class="visually-hidden" for="cell-code">
-            Code
-          </label>
-          <textarea
-            id="cell-code"
-            class="code"
-            ref={input}
-            rows={5}
-            spellcheck={false}
-            value={code}
-            placeholder={kind === "python" ? "import polars as pl\n…  (Ctrl+Enter runs)" : "SELECT …  (Ctrl+Enter runs)"}
-            onInput={(event) => setCode(event.currentTarget.value)}
-            onKeyDown={(event) => {
-              if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-                event.preventDefault();
-                run();
-              }
-            }}
-          />
-        </>
-      )}
+      <div class="composer-panel" id="composer-panel" role="tabpanel" aria-labelledby={`composer-tab-${mode}`}>
+        {mode === "ask" ? (
+          <>
+            <label class="visually-hidden" for="question">
+              Question
+            </label>
+            <textarea
+              id="question"
+              ref={input}
+              rows={2}
+              value={question}
+              placeholder="Ask about your data (Enter sends, Shift+Enter for a new line)"
+              onInput={(event) => setQuestion(event.currentTarget.value)}
+              onKeyDown={(event) => {
+                // Enter that confirms an input method's candidate is not a send.
+                if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+                  event.preventDefault();
+                  ask();
+                }
+              }}
+            />
+          </>
+        ) : (
+          <>
+            <div class="cell-options">
+              <label for="cell-kind">Kind</label>
+              <select id="cell-kind" value={kind} onChange={(event) => setKind(event.currentTarget.value as CellKind)}>
+                {kKinds.map((option) => (
+                  <option key={option.kind} value={option.kind}>
+                    {option.label}
+                  </option>
+                ))}
+              </select>
+              {kind === "sql_export" && (
+                <>
+                  <label for="cell-filename">File</label>
+                  <input
+                    id="cell-filename"
+                    value={filename}
+                    placeholder="views.parquet"
+                    onInput={(event) => setFilename(event.currentTarget.value)}
+                  />
+                </>
+              )}
+            </div>
+            <label class="visually-hidden" for="cell-code">
+              Code
+            </label>
+            <textarea
+              id="cell-code"
+              class="code"
+              ref={input}
+              rows={5}
+              spellcheck={false}
+              value={code}
+              placeholder={kind === "python" ? "import polars as pl\n…  (Ctrl+Enter runs)" : "SELECT …  (Ctrl+Enter runs)"}
+              onInput={(event) => setCode(event.currentTarget.value)}
+              onKeyDown={(event) => {
+                if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+                  event.preventDefault();
+                  run();
+                }
+              }}
+            />
+          </>
+        )}
+      </div>
       <div class="composer-actions">
         {running ? (
           // Send turns into Stop under the pointer: the second click of a double click on Send
