@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace quarry::data {
@@ -17,15 +18,25 @@ using Clock = std::chrono::steady_clock;
 // and past this the connection is closed with the statement unanswered.
 constexpr auto kDrainTime = std::chrono::seconds(5);
 
-// Waits until `socket` is readable or `deadline` passes (false).
-bool wait_readable(int socket, Clock::time_point deadline) {
+enum class Wait { kReadable, kCancelled, kTimedOut, kFailed };
+
+// Waits until `socket` is readable, `cancel_fd` is (when not negative: poll() skips an entry
+// whose fd is negative), or `deadline` passes (when given). kFailed leaves poll()'s errno.
+Wait wait_readable(int socket, int cancel_fd, std::optional<Clock::time_point> deadline) {
+  std::array<pollfd, 2> watch = {pollfd{.fd = socket, .events = POLLIN, .revents = 0},
+                                 pollfd{.fd = cancel_fd, .events = POLLIN, .revents = 0}};
   for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
-    pollfd watch{.fd = socket, .events = POLLIN, .revents = 0};
-    const int ready = ::poll(&watch, 1, static_cast<int>(left.count()));
-    if (ready > 0) return true;
-    if (ready < 0 && errno != EINTR) return false;
+    int timeout_ms = -1;
+    if (deadline) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+      if (left.count() <= 0) return Wait::kTimedOut;
+      timeout_ms = static_cast<int>(left.count());
+    }
+    const int ready = ::poll(watch.data(), watch.size(), timeout_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return Wait::kFailed;
+    if (watch[1].revents != 0) return Wait::kCancelled;
+    if (ready > 0) return Wait::kReadable;
   }
 }
 
@@ -35,7 +46,8 @@ void discard_results(PGconn* connection, Clock::time_point deadline) {
   const int socket = PQsocket(connection);
   // Waits for more from the server; false if it will not come.
   const auto more = [&] {
-    return socket >= 0 && wait_readable(socket, deadline) && PQconsumeInput(connection);
+    return socket >= 0 && wait_readable(socket, -1, deadline) == Wait::kReadable &&
+           PQconsumeInput(connection);
   };
   for (;;) {
     if (PQisBusy(connection)) {
@@ -275,16 +287,16 @@ Result<PgResult> Connection::finish(std::string_view doing,
 Result<void> Connection::wait_for_server() {
   const int socket = PQsocket(get());
   if (socket < 0) return std::unexpected(connection_error("waiting for the server"));
-  // poll() skips an entry whose fd is negative: without a cancel fd only the socket counts.
-  std::array<pollfd, 2> watch = {pollfd{.fd = socket, .events = POLLIN, .revents = 0},
-                                 pollfd{.fd = cancel_fd_, .events = POLLIN, .revents = 0}};
-  for (;;) {
-    const int ready = ::poll(watch.data(), watch.size(), -1);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) return errno_error("poll(PostgreSQL's socket)");
-    if (watch[1].revents != 0) return std::unexpected(stop_statement());
-    return {};
+  switch (wait_readable(socket, cancel_fd_, std::nullopt)) {
+    case Wait::kFailed:
+      return errno_error("poll(PostgreSQL's socket)");
+    case Wait::kCancelled:
+      return std::unexpected(stop_statement());
+    case Wait::kReadable:
+    case Wait::kTimedOut:  // no deadline: never
+      break;
   }
+  return {};
 }
 
 Error Connection::stop_statement() {
