@@ -211,7 +211,8 @@ Result<Run> run_export(Connection& connection, std::string_view sql,
       if (auto appended = builders[column_idx]->append(row[column_idx]); !appended) {
         return std::unexpected(std::move(appended).error().with_context(kTool));
       }
-      group_bytes += row[column_idx].bytes().size();
+      // With the value's 4-byte length word: a NULL has no bytes, but a slot in the builder.
+      group_bytes += sizeof(int32_t) + row[column_idx].bytes().size();
     }
     ++run.summary.rows;
     // A column that misfit appends no more; the others learn of it at the row group's end.

@@ -18,7 +18,9 @@ struct ExportOptions {
   uint64_t max_rows = 100000;  // sandbox.export_max_rows
   Duration statement_timeout = std::chrono::seconds(30);
   uint64_t row_group_rows = 131072;
-  uint64_t row_group_bytes = 64 * kMiB;  // a row group also ends when its values reach this
+  // A row group also ends when its values reach this many bytes as PostgreSQL sent them (each
+  // with its 4-byte length, so that NULLs count too).
+  uint64_t row_group_bytes = 64 * kMiB;
   // Called after each row group with the rows written so far (for progress lines).
   std::function<void(uint64_t rows)> on_progress;
   // Readable: the export stops, its query cancelled on the server (kCancelled). -1: none.

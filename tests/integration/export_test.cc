@@ -85,6 +85,22 @@ TEST_F(ExportTest, StartsANewRowGroupEveryNRows) {
   EXPECT_EQ(progress.back(), 1000u);
 }
 
+TEST_F(ExportTest, ARowGroupOfNullsEndsAtItsBytesToo) {
+  // A NULL has no bytes on the wire, but its slot takes memory in every column builder: a wide
+  // result of mostly NULLs must not gather all of row_group_rows in one group. Each value
+  // counts with its 4-byte length word, as PostgreSQL sends it.
+  auto opts = options();
+  opts.row_group_bytes = 4096;
+  auto summary = export_parquet(
+      reader(),
+      "SELECT NULL::bigint AS a, NULL::bigint AS b, NULL::text AS c, NULL::text AS d, "
+      "NULL::bigint AS e, NULL::bigint AS f, NULL::text AS g, NULL::text AS h FROM numbers",
+      file_, opts);
+  ASSERT_TRUE(summary) << summary.error().message;
+  EXPECT_EQ(read_back()->num_rows(), 1000);
+  EXPECT_EQ(row_groups_, 8);  // 128 rows of 8 values of 4 bytes in each, where 1024 fit
+}
+
 TEST_F(ExportTest, CutsAtExportMaxRowsAndSaysSo) {
   auto summary = export_parquet(reader(), "SELECT n FROM numbers ORDER BY n", file_, options(100));
   ASSERT_TRUE(summary) << summary.error().message;
