@@ -189,6 +189,10 @@ class Turn {
   void set_step(std::string_view tool_call_id, std::string_view tool);
   const std::string& step_call_id() const { return context_.step_call_id; }
 
+  // Calls `lost` (on a thread of its own) if the turn's lock goes while it runs: see
+  // TurnLock::watch. Another turn can then begin on the conversation, so this one must stop.
+  void on_lock_lost(std::function<void()> lost) { lock_->watch(std::move(lost)); }
+
   // Records how the turn ended. A turn destroyed without it is recorded as failed.
   void finish(TurnStatus status, std::string_view error = {});
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -162,6 +163,11 @@ struct SandboxReference {
 class TurnLock {
  public:
   virtual ~TurnLock() = default;
+  // Calls `lost`, once and on a thread of its own, if the lock goes while held: the database
+  // ended the session holding it (restarted, terminated it, or its network died). Another turn
+  // can then take it, so the turn holding it must stop. Not called after the lock is destroyed;
+  // a lock that cannot go while its process lives (SQLite's) never calls it.
+  virtual void watch(std::function<void()> lost) { (void)lost; }
 };
 
 class HistoryStore {

@@ -20,6 +20,7 @@
 #include "common/file_util.h"
 #include "common/random_id.h"
 #include "common/sha256.h"
+#include "common/unique_fd.h"
 #include "conversation/history_columns.h"
 #include "data/connection.h"
 #include "sandbox/metering.h"
@@ -474,20 +475,67 @@ class Transaction {
   bool committed_ = false;
 };
 
-// A session advisory lock, held by a connection of its own until the lock is destroyed.
+// A session advisory lock, held by a connection of its own until the lock is destroyed. When
+// watched, a thread waits on the session's socket, which is silent while the session lives: the
+// server's goodbye (FATAL, then the end of the stream), or the keepalives giving up on a dead
+// network, means the lock is gone.
 class AdvisoryTurnLock final : public TurnLock {
  public:
   AdvisoryTurnLock(Lease lease, int64_t key) : lease_(std::move(lease)), key_(key) {}
   ~AdvisoryTurnLock() override {
+    if (watcher_.joinable()) {
+      const uint64_t one = 1;
+      if (::write(stop_.get(), &one, sizeof one) < 0) {
+        // Cannot happen with a valid eventfd (the count is far from its limit).
+      }
+      watcher_.join();
+    }
     // Unlocked explicitly so the next holder can take it at once (closing the session would
     // release it only when the server notices); a session that may still hold it is closed.
     auto unlocked = lease_->exec("SELECT pg_advisory_unlock($1)", {number(key_)});
     if (!unlocked || Row(unlocked->get(), 0).text(0) != "t") lease_.discard();
   }
 
+  void watch(std::function<void()> lost) override {
+    if (watcher_.joinable()) return;
+    stop_.reset(::eventfd(0, EFD_CLOEXEC));
+    if (!stop_) {
+      spdlog::error("cannot watch a turn lock: eventfd: {}", std::strerror(errno));
+      return;
+    }
+    watcher_ = std::thread([this, lost = std::move(lost)] {
+      if (wait_for_loss()) lost();
+    });
+  }
+
  private:
+  // Whether the session ended before the lock was destroyed.
+  bool wait_for_loss() {
+    PGconn* pg = lease_->get();
+    for (;;) {
+      pollfd fds[2] = {{stop_.get(), POLLIN, 0}, {PQsocket(pg), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        spdlog::error("cannot watch a turn lock: poll: {}", std::strerror(errno));
+        return false;
+      }
+      if (fds[0].revents != 0) return false;
+      if (fds[1].revents == 0) continue;
+      // Anything else the server says while the session lives (a NOTICE, a changed setting) is
+      // read and dropped.
+      if (PQconsumeInput(pg) == 0 || PQstatus(pg) != CONNECTION_OK) {
+        std::string why = PQerrorMessage(pg);
+        why.erase(why.find_last_not_of(" \n") + 1);
+        spdlog::warn("the PostgreSQL history ended the session holding a turn lock: {}", why);
+        return true;
+      }
+    }
+  }
+
   Lease lease_;
   int64_t key_;
+  UniqueFd stop_;
+  std::thread watcher_;
 };
 
 // The executions an ExecQuery selects: FROM and WHERE over execs e joined with conversations c;

@@ -198,6 +198,17 @@ Result<int> TurnRunner::start(const std::string& conversation_id, TurnKind kind,
   live->publish("turn_started", std::move(started));
 
   std::shared_ptr<conversation::Turn> shared_turn(std::move(turn));
+  // Without its lock, another turn could begin on the conversation (through any server) and
+  // take this one for the remains of a dead process: it stops instead.
+  shared_turn->on_lock_lost([this, running] {
+    std::lock_guard lock(mutex_);
+    if (running->ended) return;
+    spdlog::warn("conversation {}: turn {} lost its turn lock: cancelling",
+                 running->conversation_id, running->number);
+    running->request_cancel(
+        "cancelled: the server lost its session with the history database (conversations.url), "
+        "and with it the conversation's turn lock; send the message again");
+  });
   const std::string user = shared_turn->owner();
   std::lock_guard lock(mutex_);
   running_[conversation_id] = running;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "api_environment.h"
+#include "conversation/postgres_history_store.h"
 #include "postgres_environment.h"
 #include "sandbox_environment.h"
 
@@ -506,6 +507,48 @@ TEST(Multiserver, ATurnIsCancelledThroughAnyServer) {
     auto again = client->post(fmt::format("/api/v1/conversations/{}/cancel", id), nullptr);
     EXPECT_EQ(again.status, 409) << again.body;
   }
+  stop_all({&a, &b});
+}
+
+// PostgreSQL ending the session that holds a turn's lock (restarted, the backend terminated, its
+// network dead) frees the conversation for a turn through any server, which would take the
+// running one for the remains of a dead process. The turn that lost its lock stops at once, says
+// why, and the conversation goes on.
+TEST(Multiserver, ATurnThatLostItsLockStopsAndTheConversationGoesOn) {
+  SharedHistory history;
+  QuarryServer a(history.server("multi-a")), b(history.server("multi-b"));
+  ASSERT_TRUE(a.started() && b.started());
+  ApiClient through_a(a.url()), through_b(b.url());
+  const auto id = through_a.create_conversation("lock lost");
+  BackgroundStream sleeping(through_a, "POST", cells_path(id),
+                            python_cell("import time\nprint('sleeping', flush=True)\n"
+                                        "time.sleep(600)\n"));
+  ASSERT_TRUE(sleeping.wait_for_type("output"));
+
+  const auto key = static_cast<uint64_t>(conversation::PostgresHistoryStore::turn_lock_key(id));
+  admin_sql(fmt::format(
+      "DO $$ BEGIN IF (SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
+      "'advisory' AND granted AND classid = {} AND objid = {} AND objsubid = 1) <> 1 THEN RAISE "
+      "EXCEPTION 'no session holds the turn lock'; END IF; END $$",
+      key >> 32, key & 0xffffffffu));
+  auto done = sleeping.wait_for_type("done");
+  ASSERT_TRUE(done) << "the turn went on without its lock";
+  EXPECT_EQ(done->data["status"], "cancelled");
+  const std::string error = done->data["error"];
+  EXPECT_NE(error.find("lost its session with the history database"), std::string::npos) << error;
+  EXPECT_NE(error.find("send the message again"), std::string::npos) << error;
+
+  auto again = through_b.cell(id, "python", "print(6 * 7)");
+  ASSERT_FALSE(again.events.empty());
+  EXPECT_EQ(again.events.back().data["status"], "completed");
+  const auto output = of_type(again.events, "output");
+  ASSERT_EQ(output.size(), 1u);
+  EXPECT_EQ(output[0].data["text"], "42\n");
+  const auto turns = through_b.get("/api/v1/conversations/" + id).json["turns"];
+  ASSERT_EQ(turns.size(), 2u) << turns.dump();
+  EXPECT_EQ(turns[0]["status"], "cancelled");
+  EXPECT_EQ(turns[0]["error"], error);
+  EXPECT_EQ(turns[1]["status"], "completed");
   stop_all({&a, &b});
 }
 

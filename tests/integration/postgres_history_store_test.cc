@@ -406,6 +406,30 @@ TEST_F(PostgresHistoryTest, ATurnLockIsReleasedWhenItsSessionIsTerminated) {
   EXPECT_TRUE(first->conversation(id));
 }
 
+// The holder of a watched lock hears that it lost it (and so must stop its turn); a lock given
+// up as usual says nothing.
+TEST_F(PostgresHistoryTest, AWatchedTurnLockTellsItsHolderThatItsSessionEnded) {
+  auto store = open();
+  auto id = store->create_conversation("c")->id;
+  std::atomic<int> lost = 0;
+  {
+    auto released = store->try_lock_turn(id);
+    ASSERT_TRUE(released) << released.error().message;
+    (*released)->watch([&] { ++lost; });
+  }
+  auto held = store->try_lock_turn(id);
+  ASSERT_TRUE(held) << held.error().message;
+  (*held)->watch([&] { ++lost; });
+  EXPECT_EQ(lost, 0);
+  const auto pid = lock_holder(id);
+  ASSERT_NE(pid, "");
+  EXPECT_EQ(query_text(backend_.url(), fmt::format("SELECT pg_terminate_backend({})", pid)),
+            "t|\n");
+  EXPECT_TRUE(eventually([&] { return lost == 1; })) << "the loss went unheard";
+  held->reset();
+  EXPECT_EQ(lost, 1);
+}
+
 // A server killed with its turn running: the session ends with the process, and so its lock.
 TEST_F(PostgresHistoryTest, ATurnLockIsReleasedWhenItsProcessIsKilled) {
   auto store = open();
