@@ -50,7 +50,8 @@ Result<local::PythonLock> write_lock(const local::ImageStore& store, const Sandb
   ASSIGN_OR_RETURN(auto definition, local::unlocked_image_definition(sandbox));
   Progress progress("image lock", 2);
   ASSIGN_OR_RETURN(auto lock, with_context(store.lock(definition, progress), "image lock"));
-  RETURN_IF_ERROR(write_file_atomic(path, lock.text(), 0644));
+  RETURN_IF_ERROR(write_then_rename(
+      path, [&](const std::filesystem::path& file) { return write_file(file, lock.text()); }));
   progress.finish(
       fmt::format("locked {} Python packages in {}", lock.packages.size(), path.string()));
   return lock;

@@ -62,6 +62,26 @@ Result<void> write_file_atomic(const std::filesystem::path& path, std::string_vi
   return {};
 }
 
+OutputFile output_file(const std::filesystem::path& path) {
+  std::error_code error;
+  OutputFile output{path};
+  if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, error))) {
+    // A link to nothing yet is made at what it names, as cp does.
+    const auto named = std::filesystem::weakly_canonical(path, error);
+    if (!error) output.path = named;
+  }
+  const auto status = std::filesystem::status(output.path, error);
+  output.in_place = std::filesystem::exists(status) && !std::filesystem::is_regular_file(status) &&
+                    !std::filesystem::is_directory(status);
+  return output;
+}
+
+Result<void> write_file(const std::filesystem::path& path, std::string_view content, mode_t mode) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+  if (!fd) return errno_error("writing '{}'", path.string());
+  return write_all(fd.get(), content, path);
+}
+
 Result<void> write_control_file(const std::filesystem::path& path, std::string_view content) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
   if (!fd) return errno_error("open '{}'", path.string());

@@ -21,16 +21,28 @@ Result<std::string> read_file(const std::filesystem::path& path);
 Result<void> write_file_atomic(const std::filesystem::path& path, std::string_view content,
                                mode_t mode = 0644);
 
+// Where a command writes the output file a user named `path`: what a symbolic link there names
+// (as cp writes through one), and whether a rename may replace it. A device or a pipe
+// (/dev/null, /dev/stdout) may not: it is written into.
+struct OutputFile {
+  std::filesystem::path path;
+  bool in_place = false;
+};
+OutputFile output_file(const std::filesystem::path& path);
+
 // Has `write` make a file at `path`.quarry-partial and renames that over `path` once `write`
 // succeeded; a failed write removes it, so what was at `path` stays. For writers that make the
-// file themselves (an export, a copy streamed out of a sandbox). `write` returns a Result.
+// file themselves (an export, a copy streamed out of a sandbox), to a path the user named: see
+// output_file. `write` returns a Result.
 template <typename Write>
 auto write_then_rename(const std::filesystem::path& path, Write&& write) -> decltype(write(path)) {
-  std::filesystem::path partial = path;
+  const auto output = output_file(path);
+  if (output.in_place) return write(output.path);
+  std::filesystem::path partial = output.path;
   partial += ".quarry-partial";
   auto written = write(partial);
   std::error_code renamed;
-  if (written) std::filesystem::rename(partial, path, renamed);
+  if (written) std::filesystem::rename(partial, output.path, renamed);
   if (written && !renamed) return written;
   std::error_code ignored;
   std::filesystem::remove(partial, ignored);
@@ -39,6 +51,10 @@ auto write_then_rename(const std::filesystem::path& path, Write&& write) -> decl
       Error{ErrorCode::kInternal,
             fmt::format("writing '{}' failed: {}", path.string(), renamed.message())});
 }
+
+// Writes `content` to `path` (created with `mode`, or truncated) in place.
+Result<void> write_file(const std::filesystem::path& path, std::string_view content,
+                        mode_t mode = 0644);
 
 // Opens an existing file and writes `content` in one write(2), as control files require.
 Result<void> write_control_file(const std::filesystem::path& path, std::string_view content);

@@ -209,6 +209,25 @@ TEST(Cli, CpCopiesBothWays) {
   EXPECT_EQ(no_dir.err, fmt::format("quarry: cannot write '{}': No such file or directory\n",
                                     (dir / "none" / "in.csv").string()));
   std::filesystem::remove_all(dir / "copies");
+
+  // Out to a link: written through it, as cp does, the link left as it was; to a device, into
+  // it (run as root, a rename over /dev/null once left a plain file there).
+  std::filesystem::remove(dir / "link.csv");
+  std::filesystem::create_symlink(dir / "out.csv", dir / "link.csv");
+  auto through = quarry({"sandbox", "cp", sandbox.id() + ":/home/sandbox/outputs/in.csv",
+                         (dir / "link.csv").string()});
+  ASSERT_EQ(through.exit_code, 0) << through.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.csv"));
+  std::ifstream linked(dir / "out.csv");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(linked)), {}), "a,b\n1,2\n");
+  std::filesystem::remove(dir / "null");
+  std::filesystem::create_symlink("/dev/null", dir / "null");
+  auto discarded = quarry(
+      {"sandbox", "cp", sandbox.id() + ":/home/sandbox/outputs/in.csv", (dir / "null").string()});
+  EXPECT_EQ(discarded.exit_code, 0) << discarded.err;
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+  std::filesystem::remove(dir / "link.csv");
+  std::filesystem::remove(dir / "null");
 }
 
 TEST(Cli, RmRemovesAndNamesUnknownIds) {

@@ -92,6 +92,56 @@ TEST(WriteThenRename, ReplacesTheFileOnlyWhenTheWriterSucceeded) {
   EXPECT_EQ(left, (std::vector<std::string>{"result.parquet", "taken"}));
 }
 
+// What the user named as a command's output stays what it was: a symbolic link is written
+// through, as cp does, and a device or a pipe (/dev/null, /dev/stdout) is written into, never
+// replaced by a plain file. Before, `quarry sandbox cp ID:/file /dev/null` run as root left a
+// plain file where the host's /dev/null was.
+TEST(WriteThenRename, WritesThroughALinkAndIntoADeviceOrAPipe) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "write-through";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto write = [](std::string_view content) {
+    return [=](const std::filesystem::path& file) -> quarry::Result<void> {
+      std::ofstream out(file, std::ios::binary | std::ios::trunc);
+      out << content;
+      out.close();
+      if (!out) return quarry::make_error(quarry::ErrorCode::kInternal, "cannot write");
+      return {};
+    };
+  };
+
+  ASSERT_TRUE(quarry::write_file_atomic(dir / "target.csv", "old"));
+  std::filesystem::create_symlink("target.csv", dir / "link.csv");
+  auto through = quarry::write_then_rename(dir / "link.csv", write("new"));
+  ASSERT_TRUE(through) << through.error().message;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.csv"));
+  EXPECT_EQ(quarry::read_file(dir / "target.csv").value_or(""), "new");
+
+  // A link to the host's /dev/null: the device is written into and stays a device (the old
+  // code replaced the link, not the device, so this test cannot harm the host).
+  std::filesystem::create_symlink("/dev/null", dir / "null");
+  auto discarded = quarry::write_then_rename(dir / "null", write("gone"));
+  ASSERT_TRUE(discarded) << discarded.error().message;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "null"));
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+
+  const auto fifo = dir / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string heard;
+  std::thread reader([&] { heard = quarry::read_file(fifo).value_or("unreadable"); });
+  auto piped = quarry::write_then_rename(fifo, write("through the pipe"));
+  reader.join();
+  ASSERT_TRUE(piped) << piped.error().message;
+  EXPECT_EQ(heard, "through the pipe");
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    left.push_back(entry.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"link.csv", "null", "pipe", "target.csv"}));
+}
+
 TEST(NormalizeSandboxPath, MakesPathsAbsoluteAndRefusesDotDot) {
   EXPECT_EQ(*normalize_sandbox_path("/home/sandbox/outputs/", "/home/sandbox"),
             "/home/sandbox/outputs");
