@@ -586,6 +586,12 @@ Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConf
   }
   if (auto value = node["tokens_file"]) {
     ASSIGN_OR_RETURN(out.tokens_file, walk.scalar(value, "server.tokens_file"));
+    if (out.tokens_file.starts_with('~')) {
+      return walk.fail(value, "server.tokens_file",
+                       "'{}': quarry does not expand '~'; write the whole path, or one relative "
+                       "to this file's directory",
+                       out.tokens_file);
+    }
   }
   if (auto value = node["max_body"]) {
     ASSIGN_OR_RETURN(out.max_body, walk.size(value, "server.max_body"));
@@ -751,15 +757,19 @@ Result<void> validate_resources(const ResourceLimits& resources) {
 
 namespace {
 
-// The lock belongs with the configuration: found from the file's directory, and named after it
-// unless sandbox.lock names it.
-void resolve_lock_file(SandboxConfig& sandbox, std::string_view source) {
+// The files a configuration names belong with it: a relative path is found from the file's
+// directory. The lock is named after the file unless sandbox.lock names it.
+void resolve_files(Config& config, std::string_view source) {
   const std::filesystem::path file(source);
-  auto& lock = sandbox.lock_file;
+  auto& lock = config.sandbox.lock_file;
   if (lock.empty()) {
     lock = file.parent_path() / file.stem().concat(".lock");
   } else if (lock.is_relative()) {
     lock = file.parent_path() / lock;
+  }
+  auto& tokens = config.server.tokens_file;
+  if (!tokens.empty() && std::filesystem::path(tokens).is_relative()) {
+    tokens = (file.parent_path() / tokens).string();
   }
 }
 
@@ -771,7 +781,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
   Config config;
   config.source = std::string(source);
   if (root.IsNull()) {  // an empty file means all defaults
-    resolve_lock_file(config.sandbox, source);
+    resolve_files(config, source);
     return config;
   }
   try {
@@ -793,7 +803,7 @@ Result<Config> parse_config(std::string_view yaml_text, std::string_view source)
     return make_error(ErrorCode::kInvalidArgument, "{}:{}: {}", source, error.mark.line + 1,
                       error.msg);
   }
-  resolve_lock_file(config.sandbox, source);
+  resolve_files(config, source);
   return config;
 }
 

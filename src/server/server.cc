@@ -100,6 +100,15 @@ Result<void> serve(const Config& config, const ServeOptions& options) {
   const auto tokens_file = tokens_path(config, options.state_dir);
   std::error_code ignored;
   const bool with_tokens = std::filesystem::exists(tokens_file, ignored);
+  if (!with_tokens && !config.server.tokens_file.empty()) {
+    // Named but not there (a typo, a file not yet made): serving without sign-in would let in
+    // whoever reaches the port.
+    return make_error(ErrorCode::kFailedPrecondition,
+                      "server.tokens_file in {} names '{}', which does not exist: create a "
+                      "token with 'quarry token create NAME' (it makes the file), or remove "
+                      "server.tokens_file to serve one user, 'local', on loopback",
+                      config.source, tokens_file.string());
+  }
   if (!with_tokens && !endpoint.address().is_loopback()) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "refusing to listen on {} without API tokens: anyone who reaches the port "

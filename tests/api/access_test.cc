@@ -353,6 +353,16 @@ TEST(Access, WithoutTokensOnlyLoopbackIsServed) {
     EXPECT_NE(refused.log().find("refusing to listen on"), std::string::npos) << refused.log();
     EXPECT_NE(refused.log().find("quarry token create"), std::string::npos);
   }
+  // A tokens file named in the configuration but not there (a typo, one not yet made) is not
+  // taken for "no tokens": that would serve without sign-in.
+  {
+    QuarryServer refused(
+        {.server_config = "  tokens_file: no-such-tokens.json\n", .expect_start = false});
+    EXPECT_FALSE(refused.started());
+    EXPECT_NE(refused.log().find("no-such-tokens.json', which does not exist"), std::string::npos)
+        << refused.log();
+    EXPECT_NE(refused.log().find("quarry token create"), std::string::npos);
+  }
   // With tokens it may.
   QuarryServer open({.tokens = true, .listen = "0.0.0.0:0"});
   ASSERT_TRUE(open.started());

@@ -147,14 +147,16 @@ QuarryServer::QuarryServer(ServerOptions options) {
       "model:\n"
       "{}"
       "server:\n"
-      "  tokens_file: {}\n"
+      "{}"
       "{}"
       "{}",
       options.sandbox_config,
       options.database_url.empty() ? PostgresEnvironment::get().server().reader_conninfo
                                    : options.database_url,
       options.database_config, options.instance_id, options.conversations_config, model,
-      tokens_file_.string(), options.server_config,
+      // Named only where it is made: a tokens_file that does not exist is refused.
+      options.tokens ? fmt::format("  tokens_file: {}\n", tokens_file_.string()) : "",
+      options.server_config,
       options.capacity_config.empty() ? "" : "capacity:\n" + options.capacity_config);
   user_suffix_ = fmt::format("-{}", counter);
   env_ = options.env;

@@ -414,6 +414,25 @@ TEST(Config, ReadsConversationSettings) {
   EXPECT_EQ(defaults->conversations.instance_id, "local");
 }
 
+// A tokens file is found as the lock is, from the configuration's directory, whatever the
+// directory quarry starts in; '~' is refused, as a shell would not expand it there.
+TEST(Config, FindsTheTokensFileFromTheConfigurationsDirectory) {
+  auto relative = parse_config("server:\n  tokens_file: tokens.json\n", "/etc/quarry/config.yml");
+  ASSERT_TRUE(relative) << relative.error().message;
+  EXPECT_EQ(relative->server.tokens_file, "/etc/quarry/tokens.json");
+  auto absolute = parse_config("server:\n  tokens_file: /srv/t.json\n", "/etc/quarry/config.yml");
+  ASSERT_TRUE(absolute) << absolute.error().message;
+  EXPECT_EQ(absolute->server.tokens_file, "/srv/t.json");
+  auto unset = parse_config("", "/etc/quarry/config.yml");
+  ASSERT_TRUE(unset) << unset.error().message;
+  EXPECT_EQ(unset->server.tokens_file, "");
+  auto home = parse_config("server:\n  tokens_file: ~/tokens.json\n", "/etc/quarry/config.yml");
+  ASSERT_FALSE(home);
+  EXPECT_EQ(home.error().message,
+            "/etc/quarry/config.yml:2: server.tokens_file: '~/tokens.json': quarry does not "
+            "expand '~'; write the whole path, or one relative to this file's directory");
+}
+
 TEST(Config, ReadsTheModelSection) {
   auto defaults = parse_config("", "config.yml");
   ASSERT_TRUE(defaults) << defaults.error().message;
