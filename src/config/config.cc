@@ -35,8 +35,10 @@ class Walker : public YamlReader {
     return whole_number(node, path, min, max);
   }
 
-  // An absolute, normalised directory path inside the sandbox.
-  Result<std::string> sandbox_dir(const YAML::Node& node, std::string_view path) const {
+  // An absolute, normalised directory path inside the sandbox, of the user's own (quarry makes
+  // it at every start, owned by the sandbox's user); `example` names one.
+  Result<std::string> sandbox_dir(const YAML::Node& node, std::string_view path,
+                                  std::string_view example) const {
     ASSIGN_OR_RETURN(auto text, scalar(node, path));
     std::filesystem::path dir(text);
     if (!dir.is_absolute()) return fail(node, path, "'{}' must be an absolute path", text);
@@ -45,12 +47,23 @@ class Walker : public YamlReader {
       return fail(node, path, "'{}' must be a plain absolute path without '..' or a trailing '/'",
                   text);
     }
-    for (std::string_view reserved : {"/proc", "/dev", "/sys", "/usr", "/bin", "/lib", "/etc"}) {
+    // /sbin and the /lib* beside /lib are links in Debian's root.
+    for (std::string_view reserved : {"/proc", "/dev", "/sys", "/usr", "/bin", "/sbin", "/lib",
+                                      "/lib32", "/lib64", "/libx32", "/etc", "/boot"}) {
       if (text == reserved || text.starts_with(fmt::format("{}/", reserved))) {
         return fail(node, path, "'{}' is inside the system directory {}", text, reserved);
       }
     }
     if (text == "/") return fail(node, path, "must not be '/'");
+    for (std::string_view shared :
+         {"/home", "/root", "/tmp", "/var", "/run", "/opt", "/srv", "/mnt", "/media"}) {
+      if (text == shared) {
+        return fail(node, path,
+                    "'{}' is a directory of the system's own; name one inside it or elsewhere, "
+                    "e.g. {}",
+                    text, example);
+      }
+    }
     return text;
   }
 };
@@ -337,14 +350,27 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
     out.lock_file = lock;
     out.lock_named = true;
   }
+  const SandboxConfig defaults;
   if (auto value = node["data_dir"]) {
-    ASSIGN_OR_RETURN(out.data_dir, walk.sandbox_dir(value, "sandbox.data_dir"));
+    ASSIGN_OR_RETURN(out.data_dir, walk.sandbox_dir(value, "sandbox.data_dir", defaults.data_dir));
   }
   if (auto value = node["output_dir"]) {
-    ASSIGN_OR_RETURN(out.output_dir, walk.sandbox_dir(value, "sandbox.output_dir"));
+    ASSIGN_OR_RETURN(out.output_dir,
+                     walk.sandbox_dir(value, "sandbox.output_dir", defaults.output_dir));
   }
   if (out.data_dir == out.output_dir) {
     return walk.fail(node, "sandbox.output_dir", "must differ from sandbox.data_dir");
+  }
+  // Every file under the output directory is collected as an artifact, exports included.
+  if (out.output_dir.starts_with(out.data_dir + "/")) {
+    return walk.fail(node["output_dir"] ? node["output_dir"] : node, "sandbox.output_dir",
+                     "'{}' is inside sandbox.data_dir '{}'; keep the two apart", out.output_dir,
+                     out.data_dir);
+  }
+  if (out.data_dir.starts_with(out.output_dir + "/")) {
+    return walk.fail(node["data_dir"] ? node["data_dir"] : node, "sandbox.data_dir",
+                     "'{}' is inside sandbox.output_dir '{}'; keep the two apart", out.data_dir,
+                     out.output_dir);
   }
   if (auto value = node["export_max_rows"]) {
     ASSIGN_OR_RETURN(out.export_max_rows,

@@ -195,6 +195,23 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"system dir", "sandbox:\n  data_dir: /proc/data\n", "inside the system directory /proc"},
       {"same dirs", "sandbox:\n  data_dir: /x\n  output_dir: /x\n",
        "must differ from sandbox.data_dir"},
+      // /sbin and /lib64 are links in Debian's root: every start failed, blaming a snapshot.
+      {"linked system dir", "sandbox:\n  data_dir: /sbin/data\n",
+       "sandbox.data_dir: '/sbin/data' is inside the system directory /sbin"},
+      {"lib64", "sandbox:\n  output_dir: /lib64/out\n", "inside the system directory /lib64"},
+      // Handed to the sandbox's user and searched for artifacts whole.
+      {"top-level dir", "sandbox:\n  output_dir: /var\n",
+       "sandbox.output_dir: '/var' is a directory of the system's own; name one inside it or "
+       "elsewhere, e.g. /home/sandbox/outputs"},
+      {"outputs in data", "sandbox:\n  output_dir: /home/sandbox/data/out\n",
+       "sandbox.output_dir: '/home/sandbox/data/out' is inside sandbox.data_dir "
+       "'/home/sandbox/data'; keep the two apart"},
+      {"data in outputs", "sandbox:\n  data_dir: /home/sandbox/outputs/data\n",
+       "sandbox.data_dir: '/home/sandbox/outputs/data' is inside sandbox.output_dir "
+       "'/home/sandbox/outputs'; keep the two apart"},
+      {"outputs are home", "sandbox:\n  output_dir: /home/sandbox\n",
+       "sandbox.data_dir: '/home/sandbox/data' is inside sandbox.output_dir '/home/sandbox'; "
+       "keep the two apart"},
       {"disk io too slow", "sandbox:\n  local:\n    disk_io: {read: 4KiB}\n",
        "config.yml:3: sandbox.local.disk_io.read: must be 0 (no limit) or at least 1MiB"},
       {"disk io iops", "sandbox:\n  local:\n    disk_io: {iops: 10}\n",

@@ -58,8 +58,9 @@ Result<UniqueFd> open_sandbox_directory(int root, const std::string& path, mode_
       const bool link = ::fstatat(directory.get(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 &&
                         S_ISLNK(info.st_mode);
       return make_error(ErrorCode::kFailedPrecondition,
-                        "'{}' in the sandbox is {} where quarry makes a directory at every start; "
-                        "the snapshot the sandbox starts from holds it: remove it in a sandbox "
+                        "'{}' in the sandbox is {} where quarry makes a directory at every start: "
+                        "choose other directories (sandbox.data_dir, sandbox.output_dir), or, if "
+                        "the sandbox starts from a snapshot that holds it, remove it in a sandbox "
                         "of that snapshot and take the snapshot again",
                         walked, link ? "a symbolic link" : "not a directory");
     }
