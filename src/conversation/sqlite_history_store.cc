@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -300,6 +301,12 @@ Result<std::unique_ptr<SqliteHistoryStore>> SqliteHistoryStore::open(
                         "quarry left it as it is: move it aside or choose another --state-dir",
                         path.string());
     }
+  }
+  // Only its owner may read it (SQLite gives its -wal and -shm files the same mode): made so,
+  // and so made again if an older quarry left it readable to all.
+  if (UniqueFd made(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+      !made && errno == EEXIST) {
+    if (::chmod(path.c_str(), 0600) != 0) return errno_error("chmod '{}'", path.string());
   }
   sqlite3* db = nullptr;
   int rc =

@@ -95,6 +95,30 @@ TEST_F(HistoryStoreTest, RefusesFilesThatAreNotItsHistory) {
   EXPECT_EQ(file_hash(), foreign);
 }
 
+// The history holds what users asked and what their data showed: no other host user may read
+// it, neither a new one nor one an older quarry made readable to all.
+TEST_F(HistoryStoreTest, OnlyItsOwnerMayReadTheHistory) {
+  auto mode = [](const std::filesystem::path& path) {
+    return std::filesystem::status(path).permissions() & std::filesystem::perms::all;
+  };
+  using std::filesystem::perms;
+  {
+    auto store = open();
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->create_conversation("private"));
+    EXPECT_EQ(mode(path_), perms::owner_read | perms::owner_write);
+    auto wal = path_;
+    wal += "-wal";
+    ASSERT_TRUE(std::filesystem::exists(wal));
+    EXPECT_EQ(mode(wal), perms::owner_read | perms::owner_write);
+  }
+  std::filesystem::permissions(
+      path_, perms::owner_read | perms::owner_write | perms::group_read | perms::others_read);
+  auto store = open();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(mode(path_), perms::owner_read | perms::owner_write);
+}
+
 TEST_F(HistoryStoreTest, RefusesADamagedDatabaseAndLeavesIt) {
   {
     auto store = open();
