@@ -7,7 +7,14 @@ namespace quarry::cli {
 std::unique_ptr<CommandGroup> add_ask_command(CLI::App& command, Context& context, int& exit_code,
                                               DataCommands& data) {
   auto options = std::make_unique<AskOptions>();
-  command.add_option("question", options->question, "the question")->required();
+  command.add_option("question", options->question, "the question")
+      ->required()
+      ->check(CLI::Validator(
+          [](const std::string& question) -> std::string {
+            if (question.find_first_not_of(" \t\r\n") != std::string::npos) return "";
+            return "is empty: write a question, e.g. quarry ask \"Which pages were viewed most?\"";
+          },
+          "QUESTION"));
   auto* conversation = command.add_option("--conversation", options->conversation_id,
                                           "continue this conversation (default: start a new one)");
   command

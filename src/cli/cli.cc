@@ -55,11 +55,23 @@ int run(int argc, char** argv, DataCommands& data) {
   app.add_option("--config", options.config_path,
                  "configuration file (default: $QUARRY_CONFIG, else ./config.yml, else built-in "
                  "defaults)");
+  // The shell expands no '~' after "--state-dir=": quarry would make a directory named "~".
+  const CLI::Validator directory(
+      [](const std::string& value) -> std::string {
+        if (value.empty()) return "is empty: name a directory";
+        if (value.starts_with('~')) {
+          return "'" + value + "': quarry does not expand '~'; write the whole path";
+        }
+        return "";
+      },
+      "DIR");
   app.add_option("--state-dir", options.state_dir,
-                 "state directory (default: $QUARRY_STATE_DIR, else /var/lib/quarry as root)");
+                 "state directory (default: $QUARRY_STATE_DIR, else /var/lib/quarry as root)")
+      ->check(directory);
   app.add_option("--cache-dir", options.cache_dir,
                  "cache directory for images (default: $QUARRY_CACHE_DIR, else /var/cache/quarry "
-                 "as root)");
+                 "as root)")
+      ->check(directory);
   app.add_option("--log-level", options.log_level, "trace, debug, info, warn, error or off")
       ->capture_default_str();
 

@@ -403,8 +403,11 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& con
   rm->add_flag("--all", rm_all, "destroy every sandbox");
   rm->callback([&] {
     if (rm_all == !rm_ids.empty()) {
-      return void(exit_code = report(
-                      Error{ErrorCode::kInvalidArgument, "give sandbox ids or --all, not both"}));
+      return void(exit_code = report(Error{
+                      ErrorCode::kInvalidArgument,
+                      rm_all ? "give sandbox ids or --all, not both"
+                             : "name the sandboxes to destroy (quarry sandbox ls lists them), "
+                               "or give --all"}));
     }
     auto provider = context.provider();
     if (!provider) return void(exit_code = report(provider.error()));

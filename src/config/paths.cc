@@ -23,7 +23,10 @@ std::filesystem::path resolve(const std::optional<std::filesystem::path>& flag,
     const char* home = std::getenv("HOME");
     chosen = std::filesystem::path(home ? home : "/tmp") / home_suffix / "quarry";
   }
-  return std::filesystem::absolute(chosen).lexically_normal();
+  // Relative to the working directory; as given if that is gone (what opens it then says so).
+  std::error_code error;
+  auto absolute = std::filesystem::absolute(chosen, error);
+  return (error ? chosen : absolute).lexically_normal();
 }
 
 }  // namespace

@@ -25,10 +25,9 @@ struct CliResult {
   std::string err;
 };
 
-CliResult quarry(std::vector<std::string> args) {
-  auto& environment = SandboxEnvironment::get();
-  args.insert(args.begin(), {environment.quarry_binary().string(), "--state-dir",
-                             environment.state_dir().string()});
+// Runs quarry with `args` as they are.
+CliResult run_quarry(std::vector<std::string> args) {
+  args.insert(args.begin(), SandboxEnvironment::get().quarry_binary().string());
   int out_pipe[2], err_pipe[2];
   EXPECT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
   EXPECT_EQ(::pipe2(err_pipe, O_CLOEXEC), 0);
@@ -68,6 +67,12 @@ CliResult quarry(std::vector<std::string> args) {
   ::waitpid(pid, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+// Runs quarry with the tests' state directory and `args`.
+CliResult quarry(std::vector<std::string> args) {
+  args.insert(args.begin(), {"--state-dir", SandboxEnvironment::get().state_dir().string()});
+  return run_quarry(std::move(args));
 }
 
 std::string trimmed(std::string text) {
@@ -239,6 +244,14 @@ TEST(Cli, RmRemovesAndNamesUnknownIds) {
   auto again = quarry({"sandbox", "rm", id});
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_NE(again.err.find(fmt::format("no sandbox '{}'", id)), std::string::npos) << again.err;
+  auto none = quarry({"sandbox", "rm"});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_EQ(
+      none.err,
+      "quarry: name the sandboxes to destroy (quarry sandbox ls lists them), or give --all\n");
+  auto both = quarry({"sandbox", "rm", "--all", id});
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_EQ(both.err, "quarry: give sandbox ids or --all, not both\n");
   auto garbage = quarry({"sandbox", "rm", "../../etc"});
   EXPECT_EQ(garbage.exit_code, 1);
   EXPECT_NE(garbage.err.find("no sandbox"), std::string::npos);
@@ -298,6 +311,20 @@ TEST(Cli, BadInputGetsAClearError) {
   auto unknown = quarry({"sandbox", "exec", "ffffffffffff", "--", "true"});
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("no sandbox 'ffffffffffff'"), std::string::npos);
+  // An empty directory crashed quarry; a '~' the shell left alone made a directory named '~'.
+  auto question = quarry({"ask", "  "});
+  EXPECT_NE(question.exit_code, 0);
+  EXPECT_NE(question.err.find("question: is empty: write a question"), std::string::npos)
+      << question.err;
+  auto empty = run_quarry({"--state-dir", "", "token", "ls"});
+  EXPECT_NE(empty.exit_code, 0);
+  EXPECT_NE(empty.err.find("--state-dir: is empty: name a directory"), std::string::npos)
+      << empty.err;
+  auto home = run_quarry({"--cache-dir=~/cache", "image", "ls"});
+  EXPECT_NE(home.exit_code, 0);
+  EXPECT_NE(home.err.find("'~/cache': quarry does not expand '~'; write the whole path"),
+            std::string::npos)
+      << home.err;
 }
 
 // Only the command argv names is built in full; the help still lists every command, and each
