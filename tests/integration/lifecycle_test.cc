@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/inotify.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -336,6 +338,33 @@ TEST(Lifecycle, DestroyLeavesNothingBehind) {
   auto again = provider().destroy(id);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, ErrorCode::kNotFound);
+}
+
+// sandbox.local.volume_size made larger after the volume was made grows it, on the next open
+// and while it is mounted; before, the message that refused a sandbox for want of room told the
+// user to raise a setting that changed nothing.
+TEST(Lifecycle, ALargerVolumeSizeGrowsTheVolume) {
+  const auto dir = SandboxEnvironment::get().state_dir().parent_path() /
+                   fmt::format("volume-grows-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  const auto mount_point = dir / "sandboxes";
+  const auto capacity = [&] {
+    struct statvfs info {};
+    EXPECT_EQ(::statvfs(mount_point.c_str(), &info), 0);
+    return static_cast<uint64_t>(info.f_blocks) * info.f_frsize;
+  };
+  {
+    auto small = sandbox::local::SandboxVolume::open(dir, kGiB);
+    ASSERT_TRUE(small) << small.error().message;
+  }
+  const uint64_t before = capacity();
+  EXPECT_LE(before, kGiB);
+  auto larger = sandbox::local::SandboxVolume::open(dir, 3 * kGiB);
+  const uint64_t after = capacity();
+  ::umount2(mount_point.c_str(), MNT_DETACH);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(larger) << larger.error().message;
+  EXPECT_GT(after, 2 * kGiB) << "before: " << before;
 }
 
 // Opening the volume sweeps qgroups whose subvolume is gone (as btrfs qgroup clear-stale does);

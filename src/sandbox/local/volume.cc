@@ -144,6 +144,40 @@ Result<std::vector<dev_t>> block_devices(const std::filesystem::path& mount_poin
   return found;
 }
 
+// Grows the volume held in `backing`, mounted at `mount_point`, to `bytes` while sandboxes use
+// it: the file, then what its loop device takes its size to be, then the filesystem.
+Result<void> grow_volume(const std::filesystem::path& backing,
+                         const std::filesystem::path& mount_point, uint64_t bytes) {
+  if (::truncate(backing.c_str(), static_cast<off_t>(bytes)) != 0) {
+    return errno_error("growing '{}' to {} bytes", backing.string(), bytes);
+  }
+  ASSIGN_OR_RETURN(auto devices, block_devices(mount_point));
+  for (dev_t device : devices) {
+    const auto uevent = fmt::format("/sys/dev/block/{}:{}/uevent", major(device), minor(device));
+    ASSIGN_OR_RETURN(auto text, read_file(uevent));
+    const auto name = text.find("DEVNAME=");
+    if (name == std::string::npos) {
+      return make_error(ErrorCode::kInternal, "'{}' names no device", uevent);
+    }
+    const auto path = "/dev/" + text.substr(name + 8, text.find('\n', name) - name - 8);
+    UniqueFd loop(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!loop) return errno_error("open '{}'", path);
+    if (::ioctl(loop.get(), LOOP_SET_CAPACITY, 0) != 0) {
+      return errno_error("ioctl(LOOP_SET_CAPACITY) on {}", path);
+    }
+  }
+  UniqueFd dir(::open(mount_point.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return errno_error("open '{}'", mount_point.string());
+  btrfs_ioctl_vol_args resize{};
+  std::strncpy(resize.name, "max", BTRFS_PATH_NAME_MAX);
+  if (::ioctl(dir.get(), BTRFS_IOC_RESIZE, &resize) != 0) {
+    return errno_error("resizing the btrfs filesystem at '{}'", mount_point.string());
+  }
+  spdlog::info("the sandbox volume '{}' grew to {} (sandbox.local.volume_size)", backing.string(),
+               format_size(bytes));
+  return {};
+}
+
 // The id of the subvolume `subvolume` (an open directory at `dir`), which is also its
 // qgroup's.
 Result<uint64_t> subvolume_id(int subvolume, const std::filesystem::path& dir) {
@@ -303,23 +337,33 @@ Result<SandboxVolume> SandboxVolume::open(const std::filesystem::path& state_dir
     return opened({});
   }
   auto backing = state_dir / "sandboxes.btrfs";
-  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return opened(backing);
+  // A volume_size made larger since the volume was made grows it (a smaller one leaves it).
+  const auto too_small = [&] {
+    std::error_code error;
+    const auto size = std::filesystem::file_size(backing, error);
+    return !error && size < volume_bytes;
+  };
+  const auto mounted = [&] { return is_mount_point(mount_point) && is_btrfs(mount_point); };
+  if (mounted() && !too_small()) return opened(backing);
 
-  // First use (or after a reboot): one process at a time sets the volume up.
+  // First use (or after a reboot, or to grow): one process at a time sets the volume up.
   RETURN_IF_ERROR(make_directories(state_dir, 0755));
   auto lock_path = state_dir / "sandboxes.lock";
   UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock) return errno_error("open '{}'", lock_path.string());
   if (::flock(lock.get(), LOCK_EX) != 0) return errno_error("flock '{}'", lock_path.string());
-  if (is_mount_point(mount_point) && is_btrfs(mount_point)) return opened(backing);
-
-  RETURN_IF_ERROR(make_directories(mount_point, 0700));
-  if (!std::filesystem::exists(backing)) RETURN_IF_ERROR(make_backing_file(backing, volume_bytes));
-  RETURN_IF_ERROR(loop_mount(backing, mount_point));
-  RETURN_IF_ERROR(enable_quota(mount_point));
-  // Sandboxes hold the data exported into them: no other host user may look in.
-  if (::chmod(mount_point.c_str(), 0700) != 0)
-    return errno_error("chmod '{}'", mount_point.string());
+  if (!mounted()) {
+    RETURN_IF_ERROR(make_directories(mount_point, 0700));
+    if (!std::filesystem::exists(backing)) {
+      RETURN_IF_ERROR(make_backing_file(backing, volume_bytes));
+    }
+    RETURN_IF_ERROR(loop_mount(backing, mount_point));
+    RETURN_IF_ERROR(enable_quota(mount_point));
+    // Sandboxes hold the data exported into them: no other host user may look in.
+    if (::chmod(mount_point.c_str(), 0700) != 0)
+      return errno_error("chmod '{}'", mount_point.string());
+  }
+  if (too_small()) RETURN_IF_ERROR(grow_volume(backing, mount_point, volume_bytes));
   return opened(backing);
 }
 

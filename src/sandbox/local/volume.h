@@ -30,7 +30,8 @@ struct SandboxDirectory {
 class SandboxVolume {
  public:
   // Mounts the volume if needed (creating it on first use) and enables quotas on it.
-  // `volume_bytes` sizes a new backing file; an existing one is used as it is.
+  // `volume_bytes` sizes a new backing file; an existing smaller one is grown to it (a larger
+  // one is used as it is).
   static Result<SandboxVolume> open(const std::filesystem::path& state_dir, uint64_t volume_bytes);
 
   // A subvolume named `id` limited to `limit_bytes`, with upper/ owned by `root_uid` (the
