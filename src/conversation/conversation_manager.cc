@@ -447,7 +447,36 @@ Result<int> ConversationManager::reap_idle() {
                      delete_between_turns(conversation_id, reference.sandbox_id, "idle", expired));
     deleted += done;
   }
+  drop_stale_residents();
   return deleted;
+}
+
+void ConversationManager::drop_stale_residents() {
+  std::vector<std::string> kept;
+  {
+    std::lock_guard lock(residents_mutex_);
+    for (const auto& [conversation_id, process] : residents_)
+      kept.push_back(conversation_id);
+  }
+  for (const auto& conversation_id : kept) {
+    // Under the turn lock, so that no turn starts a kernel between the read and the drop.
+    auto lock = history_.try_lock_turn(conversation_id);
+    if (!lock) continue;  // a turn runs (it checks its kernel itself), or another time
+    auto reference = history_.sandbox_reference(conversation_id);
+    if (!reference && reference.error().code != ErrorCode::kNotFound) continue;
+    std::unique_ptr<sandbox::Process> stale;  // let go at the end of the step, outside the lock
+    {
+      std::lock_guard guard(residents_mutex_);
+      auto found = residents_.find(conversation_id);
+      if (found == residents_.end()) continue;
+      if (reference && holds_sandbox(state_of(*reference)) &&
+          reference->kernel == found->second->id()) {
+        continue;
+      }
+      stale = std::move(found->second);
+      residents_.erase(found);
+    }
+  }
 }
 
 Result<bool> ConversationManager::evict(const std::string& conversation_id,

@@ -154,6 +154,10 @@ class ConversationManager {
   // Kills a conversation's kernel process (every conversation's when empty): its sandbox is
   // going, or its user is done with it.
   void drop_residents(std::string_view conversation_id);
+  // Lets go of the kernels kept for conversations whose sandbox no longer runs them (another
+  // quarry process sharing the history reaped it, replaced it, or started its own kernel), or
+  // that were deleted. Those of conversations in a turn are left to it.
+  void drop_stale_residents();
 
   sandbox::SandboxProvider& provider_;
   HistoryStore& history_;

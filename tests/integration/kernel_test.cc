@@ -464,5 +464,32 @@ TEST_F(KernelTest, AKernelAnotherQuarryProcessStartedIsStoppedAndNotTakenForOnes
   (void)other.shutdown();
 }
 
+// A process keeps its kernels' channels (a pidfd, the pipes) while the conversation's sandbox
+// lives; when another quarry process sharing the history reaps that sandbox, this one lets its
+// channels go at its own next reaping, not only when the conversation runs here again.
+TEST_F(KernelTest, AKernelWhoseSandboxAnotherProcessReapedIsLetGo) {
+  const auto open_fds = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {});
+  };
+  ASSERT_TRUE(python("held = 1").ok);
+  next_turn();
+  const auto with_kernel = open_fds();
+
+  conversation::ManagerOptions options;
+  options.instance_id = fmt::format("kernel-test-reaper-{}", ::getpid());
+  options.spec.resources = config_.sandbox.resources;
+  ConversationManager other(SandboxEnvironment::get().provider(), *history_, clock_, options);
+  clock_.advance(std::chrono::minutes(16));
+  auto reaped = other.reap_idle();
+  ASSERT_TRUE(reaped) << reaped.error().message;
+  EXPECT_EQ(*reaped, 1);
+  EXPECT_EQ(open_fds(), with_kernel);
+
+  auto mine = manager_->reap_idle();
+  ASSERT_TRUE(mine) << mine.error().message;
+  EXPECT_EQ(*mine, 0);
+  EXPECT_LT(open_fds(), with_kernel) << "the kernel's channels are still held";
+}
+
 }  // namespace
 }  // namespace quarry::testing
