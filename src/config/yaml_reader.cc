@@ -19,6 +19,9 @@ Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path
                                    std::initializer_list<std::string_view> known) const {
   if (node.IsNull()) return {};
   if (!node.IsMap()) return fail(node, path, "must be a mapping of keys to values");
+  // yaml-cpp keeps both of two equal keys and node[key] finds the first: the second would be
+  // neither read nor checked.
+  std::vector<std::pair<std::string, int>> seen;  // key, line
   for (const auto& entry : node) {
     // A key may be any node in YAML ("? [a, b]: c"); ours are names.
     if (!entry.first.IsScalar()) {
@@ -26,10 +29,16 @@ Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path
                   "has a key that is not a name (known keys here: {})", fmt::join(known, ", "));
     }
     const std::string& key = entry.first.Scalar();
+    std::string child = path.empty() ? key : fmt::format("{}.{}", path, key);
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      std::string child = path.empty() ? key : fmt::format("{}.{}", path, key);
       return fail(entry.first, child, "unknown key (known keys here: {})", fmt::join(known, ", "));
     }
+    auto first = std::find_if(seen.begin(), seen.end(),
+                              [&](const auto& earlier) { return earlier.first == key; });
+    if (first != seen.end()) {
+      return fail(entry.first, child, "set twice (first on line {}); keep one", first->second + 1);
+    }
+    seen.emplace_back(key, entry.first.Mark().line);
   }
   return {};
 }

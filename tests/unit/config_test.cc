@@ -322,6 +322,15 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "config.yml:3: top level: has a key that is not a name"},
       {"list as a section key", "sandbox:\n  [resources]: {cpus: 1}\n",
        "config.yml:2: sandbox: has a key that is not a name (known keys here: provider"},
+      // yaml-cpp keeps the first of two equal keys: the second was never read, not even checked.
+      {"section set twice",
+       "sandbox:\n  exec_timeout: 10s\nserver:\n  listen: 127.0.0.1:8081\nsandbox:\n  "
+       "exec_timeout: not-a-duration\n",
+       "config.yml:5: sandbox: set twice (first on line 1); keep one"},
+      {"key set twice", "sandbox:\n  exec_timeout: 10s\n  idle_timeout: 5m\n  exec_timeout: 20s\n",
+       "config.yml:4: sandbox.exec_timeout: set twice (first on line 2); keep one"},
+      {"key set twice in braces", "sandbox:\n  resources: {cpus: 1, cpus: 2}\n",
+       "config.yml:2: sandbox.resources.cpus: set twice (first on line 2); keep one"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
