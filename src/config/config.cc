@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
+#include <limits>
 
 #include "common/file_util.h"
 #include "common/url.h"
@@ -472,6 +473,14 @@ Result<void> parse_database(const Walker& walk, const YAML::Node& node, Database
   if (auto value = node["statement_timeout"]) {
     ASSIGN_OR_RETURN(out.statement_timeout,
                      walk.positive_duration(value, "database.statement_timeout"));
+    // PostgreSQL keeps statement_timeout in an int of milliseconds: set_config refuses more
+    // ("exceeds integer range"), and every query would fail.
+    if (out.statement_timeout.count() > std::numeric_limits<int32_t>::max()) {
+      return walk.fail(value, "database.statement_timeout",
+                       "'{}' is longer than PostgreSQL allows (2147483647ms, about 24 days); "
+                       "give 24d or less",
+                       value.Scalar());
+    }
   }
   if (auto value = node["export_row_group_rows"]) {
     ASSIGN_OR_RETURN(out.export_row_group_rows,

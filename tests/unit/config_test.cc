@@ -99,6 +99,10 @@ database:
   EXPECT_EQ(config->database.statement_timeout, std::chrono::seconds(90));
   EXPECT_EQ(config->database.export_row_group_rows, 65536u);
   EXPECT_EQ(parse_config("database:\n", "config.yml")->database.query_max_rows, 200u);
+  // The longest PostgreSQL takes.
+  auto longest = parse_config("database:\n  statement_timeout: 2147483647ms\n", "config.yml");
+  ASSERT_TRUE(longest) << longest.error().message;
+  EXPECT_EQ(longest->database.statement_timeout, std::chrono::milliseconds(2147483647));
 }
 
 TEST(Config, ReadsTheDesignExample) {
@@ -282,6 +286,11 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "database.query_max_rows: 0 is out of range"},
       {"zero statement timeout", "database:\n  statement_timeout: 0s\n",
        "database.statement_timeout: must be longer than zero"},
+      // PostgreSQL's statement_timeout is an int of milliseconds: set_config refused a longer
+      // one in every query.
+      {"statement timeout past PostgreSQL's", "database:\n  statement_timeout: 25d\n",
+       "config.yml:2: database.statement_timeout: '25d' is longer than PostgreSQL allows "
+       "(2147483647ms, about 24 days); give 24d or less"},
       {"url a list", "database:\n  url: [a, b]\n", "database.url: must be a single value"},
       {"unknown history store", "conversations:\n  store: mysql\n",
        "config.yml:2: conversations.store: 'mysql' is not a history store (available: sqlite, "
