@@ -12,17 +12,19 @@ namespace {
 
 // What the parse errors suggest.
 constexpr std::string_view kSizeUnits = "use B, KiB, MiB, GiB or TiB, e.g. 512MiB";
-constexpr std::string_view kDurationUnits = "use ms, s, m or h, e.g. 30s or 1h30m";
+constexpr std::string_view kDurationUnits = "use ms, s, m, h or d, e.g. 30s or 1h30m";
 
 struct Unit {
   std::string_view suffix;
   double factor;
 };
 
-// Splits "1.5GiB" into 1.5 and "GiB"; whitespace between them is allowed.
+// Splits "1.5GiB" into 1.5 and "GiB"; whitespace between them is allowed. Errors quote
+// `whole`, the value the user wrote, of which `text` may be one part ("-" of "1s-").
 Result<std::pair<double, std::string_view>> split_number(std::string_view text,
                                                          std::string_view what,
-                                                         std::string_view units) {
+                                                         std::string_view units,
+                                                         std::string_view whole) {
   while (!text.empty() && text.front() == ' ')
     text.remove_prefix(1);
   while (!text.empty() && text.back() == ' ')
@@ -30,14 +32,14 @@ Result<std::pair<double, std::string_view>> split_number(std::string_view text,
   double value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end == text.data()) {
-    return make_error(ErrorCode::kInvalidArgument, "'{}' is not a {} ({})", text, what, units);
+    return make_error(ErrorCode::kInvalidArgument, "'{}' is not a {} ({})", whole, what, units);
   }
   std::string_view unit(end, text.data() + text.size() - end);
   while (!unit.empty() && unit.front() == ' ')
     unit.remove_prefix(1);
   if (value < 0 || !std::isfinite(value)) {
     return make_error(ErrorCode::kInvalidArgument, "'{}' is not a {}: it must not be negative",
-                      text, what);
+                      whole, what);
   }
   return std::pair{value, unit};
 }
@@ -72,7 +74,7 @@ Result<uint64_t> parse_size(std::string_view text) {
       {"tb", 1024.0 * 1024 * 1024 * 1024},
       {"tib", 1024.0 * 1024 * 1024 * 1024},
   }};
-  ASSIGN_OR_RETURN(auto parts, split_number(text, "size", kSizeUnits));
+  ASSIGN_OR_RETURN(auto parts, split_number(text, "size", kSizeUnits, text));
   auto [value, unit] = parts;
   for (const Unit& candidate : kUnits) {
     if (iequals(unit, candidate.suffix)) {
@@ -112,7 +114,7 @@ Result<Duration> parse_duration(std::string_view text) {
       ++unit_end;
     }
     ASSIGN_OR_RETURN(auto parts,
-                     split_number(rest.substr(0, unit_end), "duration", kDurationUnits));
+                     split_number(rest.substr(0, unit_end), "duration", kDurationUnits, text));
     auto [value, unit] = parts;
     const Unit* found = nullptr;
     for (const Unit& candidate : kUnits) {

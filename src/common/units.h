@@ -21,7 +21,8 @@ inline constexpr uint64_t kGiB = 1024 * kMiB;
 // ("1.5GiB").
 Result<uint64_t> parse_size(std::string_view text);
 
-// Accepts a number with a unit: ms, s, m (or min), h. A bare number means seconds.
+// Accepts a number with a unit: ms, s, m (or min), h, d, and combinations ("1h30m"). A bare
+// number means seconds.
 Result<Duration> parse_duration(std::string_view text);
 
 // "1 GiB", "512 MiB", "1.5 GiB", "300 B".

@@ -303,8 +303,9 @@ TEST(Cli, BadInputGetsAClearError) {
   // What an option should look like, and no sandbox made for a command that cannot run.
   auto timeout = quarry({"sandbox", "run", "--timeout", "soon", "--", "true"});
   EXPECT_EQ(timeout.exit_code, 1);
-  EXPECT_EQ(timeout.err,
-            "quarry: --timeout: 'soon' is not a duration (use ms, s, m or h, e.g. 30s or 1h30m)\n");
+  EXPECT_EQ(
+      timeout.err,
+      "quarry: --timeout: 'soon' is not a duration (use ms, s, m, h or d, e.g. 30s or 1h30m)\n");
   auto zero = quarry({"sandbox", "run", "--timeout", "0", "--", "true"});
   EXPECT_EQ(zero.exit_code, 1);
   EXPECT_EQ(zero.err, "quarry: --timeout: must be longer than zero, e.g. 30s\n");

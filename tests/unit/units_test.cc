@@ -52,6 +52,26 @@ TEST(ParseDuration, AcceptsCommonUnits) {
   EXPECT_FALSE(parse_duration("soon"));
 }
 
+// The message names every unit (d too) and quotes the whole value, not the piece that failed.
+TEST(ParseDuration, RefusesQuotingTheWholeValue) {
+  struct Case {
+    const char* text;
+    const char* expected;
+  } cases[] = {
+      {"1s-", "'1s-' is not a duration (use ms, s, m, h or d, e.g. 30s or 1h30m)"},
+      {"soon", "'soon' is not a duration (use ms, s, m, h or d, e.g. 30s or 1h30m)"},
+      {"5 fortnights", "'5 fortnights' is not a duration (use ms, s, m, h or d"},
+      {"1h-5m", "'1h-5m' is not a duration: it must not be negative"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    auto duration = parse_duration(c.text);
+    ASSERT_FALSE(duration);
+    EXPECT_NE(duration.error().message.find(c.expected), std::string::npos)
+        << duration.error().message;
+  }
+}
+
 // Found by fuzz/config_fuzzer's check that durations are not negative, with a hand-made input:
 // 200000000000d is past int64 milliseconds, and llround made it negative, which
 // server.shutdown_grace (zero allowed) accepted. And 200000d (a "never") is past what a steady
