@@ -5,7 +5,6 @@
 #include <array>
 #include <charconv>
 #include <cmath>
-#include <limits>
 
 namespace quarry {
 namespace {
@@ -79,8 +78,10 @@ Result<uint64_t> parse_size(std::string_view text) {
   for (const Unit& candidate : kUnits) {
     if (iequals(unit, candidate.suffix)) {
       const double bytes = value * candidate.factor;
-      if (bytes >= static_cast<double>(std::numeric_limits<uint64_t>::max())) {
-        return make_error(ErrorCode::kInvalidArgument, "size '{}' is too large", text);
+      // llround returns an int64: 2^63 and more do not fit (9000000TiB came back as 8 EiB).
+      if (bytes >= 0x1p63) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "'{}' is too large a size: it must be under 8388608TiB", text);
       }
       return static_cast<uint64_t>(std::llround(bytes));
     }

@@ -1,5 +1,6 @@
 #include "common/units.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace quarry {
@@ -39,6 +40,21 @@ TEST(ParseSize, RejectsWithAMessageThatSaysWhy) {
     EXPECT_NE(value.error().message.find(text), std::string::npos);
   }
   EXPECT_NE(parse_size("1 parsecs").error().message.find("unknown size unit"), std::string::npos);
+}
+
+// 2^63 bytes and more went through std::llround, which cannot hold them: 9000000TiB came back
+// as 8388608 TiB.
+TEST(ParseSize, RefusesWhatCannotBeHeld) {
+  for (const char* text : {"9000000TiB", "8388608TiB", "9223372036854775808", "20000000TiB"}) {
+    SCOPED_TRACE(text);
+    auto value = parse_size(text);
+    ASSERT_FALSE(value) << "read as " << *value;
+    EXPECT_NE(value.error().message.find(
+                  fmt::format("'{}' is too large a size: it must be under 8388608TiB", text)),
+              std::string::npos)
+        << value.error().message;
+  }
+  EXPECT_EQ(*parse_size("8388607TiB"), 8388607 * (1024 * kGiB));
 }
 
 TEST(ParseDuration, AcceptsCommonUnits) {
