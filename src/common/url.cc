@@ -32,6 +32,17 @@ bool needs_encoding(std::string_view text) {
   });
 }
 
+// `text` as a message may show it: user and password before the host's '@' become "***", so
+// that a refused URL does not put a password in a terminal or a log.
+std::string without_credentials(std::string_view text) {
+  auto scheme_end = text.find("://");
+  const size_t start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
+  const size_t end = std::min(text.find_first_of("/?#", start), text.size());
+  const size_t at = text.substr(start, end - start).rfind('@');
+  if (at == std::string_view::npos) return std::string(text);
+  return fmt::format("{}***{}", text.substr(0, start), text.substr(start + at));
+}
+
 }  // namespace
 
 std::string Url::authority() const {
@@ -65,7 +76,8 @@ std::string percent_encode(std::string_view text) {
 
 Result<Url> parse_url(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return make_error(ErrorCode::kInvalidArgument, "'{}' is not a usable URL: {}", text, why);
+    return make_error(ErrorCode::kInvalidArgument, "'{}' is not a usable URL: {}",
+                      without_credentials(text), why);
   };
   Url url;
   auto scheme_end = text.find("://");

@@ -309,8 +309,12 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "config.yml:2: model.base_url: 'localhost:8080/v1' is not a usable URL: it must start with "
        "http:// or https://"},
       {"base url with credentials", "model:\n  base_url: https://me:secret@api.example/v1\n",
-       "model.base_url: 'https://me:secret@api.example/v1' is not a usable URL: it carries "
+       "model.base_url: 'https://***@api.example/v1' is not a usable URL: it carries "
        "credentials"},
+      {"daytona url with credentials",
+       "sandbox:\n  daytona: {api_url: 'https://me:secret@daytona.example/api'}\n",
+       "sandbox.daytona.api_url: 'https://***@daytona.example/api' is not a usable URL: it "
+       "carries credentials"},
       {"base url bad port", "model:\n  base_url: http://localhost:99999\n",
        "'99999' is not a port"},
       {"empty model name", "model:\n  name: ''\n", "model.name: must not be empty"},

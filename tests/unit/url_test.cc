@@ -84,6 +84,28 @@ TEST(Url, RejectsWhatItCannotUseSayingWhy) {
   }
 }
 
+// A refused URL is shown to the user and logged: its password must not be.
+TEST(Url, RefusesWithoutRepeatingAPassword) {
+  struct Case {
+    const char* text;
+    const char* shown;
+  } cases[] = {
+      {"https://user:hunter2@host/v1",
+       "'https://***@host/v1' is not a usable URL: it carries credentials"},
+      {"http://user:hunter2@host:8080?a=1", "'http://***@host:8080?a=1'"},
+      {"ftp://user:hunter2@host/x", "'ftp://***@host/x' is not a usable URL: the scheme"},
+      {"http://user:hunter2@host/v1#frag", "'http://***@host/v1#frag'"},
+      {"user:hunter2@host/v1", "'***@host/v1' is not a usable URL: it must start with http://"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    auto url = parse_url(c.text);
+    ASSERT_FALSE(url);
+    EXPECT_EQ(url.error().message.find("hunter2"), std::string::npos) << url.error().message;
+    EXPECT_NE(url.error().message.find(c.shown), std::string::npos) << url.error().message;
+  }
+}
+
 TEST(Url, KnowsLoopbackHosts) {
   for (const char* host :
        {"localhost", "LOCALHOST", "model.localhost", "127.0.0.1", "127.1.2.3", "::1"}) {
