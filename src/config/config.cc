@@ -848,10 +848,23 @@ Result<Config> load_config(const std::optional<std::filesystem::path>& explicit_
     if (const char* env = std::getenv("QUARRY_CONFIG"); env && *env) path = env;
   }
   if (!path) {
+    // Not exists(), which follows a link: a ./config.yml whose target is gone is a
+    // configuration the user meant, not none.
     std::error_code ignored;
-    if (std::filesystem::exists("config.yml", ignored)) path = "config.yml";
+    if (std::filesystem::symlink_status("config.yml", ignored).type() !=
+        std::filesystem::file_type::not_found) {
+      path = "config.yml";
+    }
   }
   if (!path) return Config{};
+  std::error_code error;
+  if (std::filesystem::is_symlink(std::filesystem::symlink_status(*path, error)) &&
+      !std::filesystem::exists(*path, error)) {
+    auto target = std::filesystem::read_symlink(*path, error);
+    return make_error(ErrorCode::kNotFound,
+                      "reading the configuration: {}: a link to '{}', which does not exist",
+                      path->string(), target.string());
+  }
   auto text = read_file(*path);
   if (!text) return std::unexpected(text.error().with_context("reading the configuration"));
   return parse_config(*text, path->string());

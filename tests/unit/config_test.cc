@@ -529,5 +529,28 @@ TEST(Config, LoadPrefersTheExplicitFileThenTheEnvironment) {
   std::filesystem::remove_all(dir);
 }
 
+// exists() follows a link: a ./config.yml pointing at a file that is gone meant the built-in
+// defaults, without a word.
+TEST(Config, LoadRefusesALinkToAMissingFile) {
+  auto dir = std::filesystem::temp_directory_path() / "quarry-config-link-test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink("gone.yml", dir / "config.yml");
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  ::unsetenv("QUARRY_CONFIG");
+  auto by_default = load_config(std::nullopt);
+  std::filesystem::current_path(cwd);
+  ASSERT_FALSE(by_default) << "a dangling ./config.yml gave the built-in defaults";
+  EXPECT_NE(by_default.error().message.find("config.yml: a link to 'gone.yml', which does not "
+                                            "exist"),
+            std::string::npos)
+      << by_default.error().message;
+  auto named = load_config(dir / "config.yml");
+  ASSERT_FALSE(named);
+  EXPECT_NE(named.error().message.find("gone.yml"), std::string::npos) << named.error().message;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace quarry
