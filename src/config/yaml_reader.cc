@@ -6,12 +6,35 @@
 
 namespace quarry {
 
+namespace {
+
+// The character at a YAML mark's line and column, or '\0'.
+char at_mark(std::string_view text, const YAML::Mark& mark) {
+  size_t offset = 0;
+  for (int line = 0; line < mark.line; ++line) {
+    offset = text.find('\n', offset);
+    if (offset == std::string_view::npos) return '\0';
+    ++offset;
+  }
+  if (mark.column < 0) return '\0';
+  offset += static_cast<size_t>(mark.column);
+  return offset < text.size() ? text[offset] : '\0';
+}
+
+}  // namespace
+
 Result<YAML::Node> YamlReader::load(std::string_view text) const {
   try {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& error) {
-    return make_error(ErrorCode::kInvalidArgument, "{}:{}:{}: not valid YAML: {}", source_,
-                      error.mark.line + 1, error.mark.column + 1, error.msg);
+    // A value starting with '*' is an alias in YAML: an unquoted *.example.com reads as a
+    // reference to an anchor named ".example.com", and yaml-cpp's words do not say to quote it.
+    const std::string_view hint =
+        at_mark(text, error.mark) == '*'
+            ? " (a value starting with * must be quoted, e.g. \"*.example.com\")"
+            : "";
+    return make_error(ErrorCode::kInvalidArgument, "{}:{}:{}: not valid YAML: {}{}", source_,
+                      error.mark.line + 1, error.mark.column + 1, error.msg, hint);
   }
 }
 

@@ -355,6 +355,31 @@ TEST(Config, RejectsBadInputNamingTheKey) {
   }
 }
 
+// An unquoted *.example.org is a YAML alias, and yaml-cpp's words for it ("the referenced
+// anchor is not defined") do not tell a user to quote it.
+TEST(Config, HintsToQuoteAValueStartingWithAStar) {
+  const std::string hint = "(a value starting with * must be quoted, e.g. \"*.example.com\")";
+  for (const char* yaml :
+       {"sandbox:\n  network:\n    mode: allowlist\n    allow: [pypi.org, *.example.org]\n",
+        "sandbox:\n  network:\n    mode: allowlist\n    allow:\n      - *.example.org\n",
+        "sandbox:\n  image: *python\n"}) {
+    SCOPED_TRACE(yaml);
+    auto config = parse_config(yaml, "config.yml");
+    ASSERT_FALSE(config);
+    EXPECT_NE(
+        config.error().message.find("not valid YAML: the referenced anchor is not defined " + hint),
+        std::string::npos)
+        << "message was: " << config.error().message;
+  }
+  auto other = parse_config("sandbox:\n  resources: {cpus: 1\n", "config.yml");
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().message.find("must be quoted"), std::string::npos)
+      << "message was: " << other.error().message;
+  auto quoted = parse_config(
+      "sandbox:\n  network:\n    mode: allowlist\n    allow: ['*.example.org']\n", "config.yml");
+  ASSERT_TRUE(quoted) << quoted.error().message;
+}
+
 TEST(Config, ReadsWhereTheHistoryLives) {
   auto defaults = parse_config("", "config.yml");
   ASSERT_TRUE(defaults) << defaults.error().message;
