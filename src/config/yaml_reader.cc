@@ -67,6 +67,8 @@ Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path
 }
 
 Result<std::string> YamlReader::scalar(const YAML::Node& node, std::string_view path) const {
+  // "key:" with nothing after it, or "key: ~".
+  if (node.IsNull()) return fail(node, path, "is empty: give it a value, or remove it");
   if (!node.IsScalar()) return fail(node, path, "must be a single value");
   return node.Scalar();
 }

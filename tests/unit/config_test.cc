@@ -292,6 +292,12 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "config.yml:2: database.statement_timeout: '25d' is longer than PostgreSQL allows "
        "(2147483647ms, about 24 days); give 24d or less"},
       {"url a list", "database:\n  url: [a, b]\n", "database.url: must be a single value"},
+      {"empty value", "sandbox:\n  exec_timeout:\n",
+       "sandbox.exec_timeout: is empty: give it a value, or remove it"},
+      {"null value", "sandbox:\n  exec_timeout: ~\n",
+       "config.yml:2: sandbox.exec_timeout: is empty: give it a value, or remove it"},
+      {"empty list entry", "sandbox:\n  packages: [polars, ~]\n",
+       "config.yml:2: sandbox.packages[1]: is empty: give it a value, or remove it"},
       {"unknown history store", "conversations:\n  store: mysql\n",
        "config.yml:2: conversations.store: 'mysql' is not a history store (available: sqlite, "
        "postgres)"},
