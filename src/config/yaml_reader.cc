@@ -41,6 +41,11 @@ Result<YAML::Node> YamlReader::load(std::string_view text) const {
 Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path,
                                    std::initializer_list<std::string_view> known) const {
   if (node.IsNull()) return {};
+  if (!node.IsMap() && path.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: the file must be a mapping of sections ({}:)", where(node),
+                      fmt::join(known, ":, "));
+  }
   if (!node.IsMap()) return fail(node, path, "must be a mapping of keys to values");
   // yaml-cpp keeps both of two equal keys and node[key] finds the first: the second would be
   // neither read nor checked.

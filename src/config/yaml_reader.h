@@ -29,9 +29,7 @@ class YamlReader {
   template <typename... Args>
   std::unexpected<Error> fail(const YAML::Node& node, std::string_view path,
                               fmt::format_string<Args...> format, Args&&... args) const {
-    std::string where(source_);
-    if (node.Mark().line >= 0) where += fmt::format(":{}", node.Mark().line + 1);
-    return make_error(ErrorCode::kInvalidArgument, "{}: {}: {}", where, path,
+    return make_error(ErrorCode::kInvalidArgument, "{}: {}: {}", where(node), path,
                       fmt::format(format, std::forward<Args>(args)...));
   }
 
@@ -69,6 +67,13 @@ class YamlReader {
   }
 
  private:
+  // "config.yml:12", the node's file and line.
+  std::string where(const YAML::Node& node) const {
+    std::string text(source_);
+    if (node.Mark().line >= 0) text += fmt::format(":{}", node.Mark().line + 1);
+    return text;
+  }
+
   std::string source_;
 };
 

@@ -341,6 +341,11 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "config.yml:3: top level: has a key that is not a name"},
       {"list as a section key", "sandbox:\n  [resources]: {cpus: 1}\n",
        "config.yml:2: sandbox: has a key that is not a name (known keys here: provider"},
+      {"file a list", "- sandbox\n- server\n",
+       "config.yml:1: the file must be a mapping of sections (sandbox:, capacity:, database:, "
+       "conversations:, model:, server:)"},
+      {"file a single value", "sandbox\n",
+       "config.yml:1: the file must be a mapping of sections (sandbox:, capacity:"},
       // yaml-cpp keeps the first of two equal keys: the second was never read, not even checked.
       {"section set twice",
        "sandbox:\n  exec_timeout: 10s\nserver:\n  listen: 127.0.0.1:8081\nsandbox:\n  "
