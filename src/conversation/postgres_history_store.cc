@@ -513,14 +513,11 @@ class AdvisoryTurnLock final : public TurnLock {
   bool wait_for_loss() {
     PGconn* pg = lease_->get();
     for (;;) {
-      pollfd fds[2] = {{stop_.get(), POLLIN, 0}, {PQsocket(pg), POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
+      const auto waited = data::wait_readable(PQsocket(pg), stop_.get(), std::nullopt);
+      if (waited == data::Wait::kFailed) {
         spdlog::error("cannot watch a turn lock: poll: {}", std::strerror(errno));
-        return false;
       }
-      if (fds[0].revents != 0) return false;
-      if (fds[1].revents == 0) continue;
+      if (waited != data::Wait::kReadable) return false;
       // Anything else the server says while the session lives (a NOTICE, a changed setting) is
       // read and dropped.
       if (PQconsumeInput(pg) == 0 || PQstatus(pg) != CONNECTION_OK) {
@@ -1131,13 +1128,9 @@ class StreamEventChannel final : public Subscription {
   bool hear(data::Connection& connection) {
     PGconn* pg = connection.get();
     for (;;) {
-      pollfd fds[2] = {{stop_, POLLIN, 0}, {PQsocket(pg), POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
+      if (data::wait_readable(PQsocket(pg), stop_, std::nullopt) != data::Wait::kReadable) {
         return false;
       }
-      if (fds[0].revents != 0) return false;
-      if (fds[1].revents == 0) continue;
       if (PQconsumeInput(pg) == 0) {
         spdlog::warn("the PostgreSQL history's event connection broke ({}); reconnecting",
                      PQerrorMessage(pg));

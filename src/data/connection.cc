@@ -10,18 +10,9 @@
 #include <vector>
 
 namespace quarry::data {
-namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long a cancelled statement's last messages are read: the server answers a cancel at once,
-// and past this the connection is closed with the statement unanswered.
-constexpr auto kDrainTime = std::chrono::seconds(5);
-
-enum class Wait { kReadable, kCancelled, kTimedOut, kFailed };
-
-// Waits until `socket` is readable, `cancel_fd` is (when not negative: poll() skips an entry
-// whose fd is negative), or `deadline` passes (when given). kFailed leaves poll()'s errno.
 Wait wait_readable(int socket, int cancel_fd, std::optional<Clock::time_point> deadline) {
   std::array<pollfd, 2> watch = {pollfd{.fd = socket, .events = POLLIN, .revents = 0},
                                  pollfd{.fd = cancel_fd, .events = POLLIN, .revents = 0}};
@@ -39,6 +30,12 @@ Wait wait_readable(int socket, int cancel_fd, std::optional<Clock::time_point> d
     if (ready > 0) return Wait::kReadable;
   }
 }
+
+namespace {
+
+// How long a cancelled statement's last messages are read: the server answers a cancel at once,
+// and past this the connection is closed with the statement unanswered.
+constexpr auto kDrainTime = std::chrono::seconds(5);
 
 // Reads and drops what the server still sends for the statements sent (rows, COPY data, their
 // final results) until it has sent all, or `deadline` passes.

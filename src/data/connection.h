@@ -111,6 +111,14 @@ class Connection {
   int cancel_fd_ = -1;
 };
 
+enum class Wait { kReadable, kCancelled, kTimedOut, kFailed };
+
+// Waits until `socket` is readable, `cancel_fd` is (when not negative: poll() skips an entry
+// whose fd is negative; it wins when both are), or `deadline` passes (when given). kFailed
+// leaves poll()'s errno.
+Wait wait_readable(int socket, int cancel_fd,
+                   std::optional<std::chrono::steady_clock::time_point> deadline);
+
 // Starts a READ ONLY transaction whose statements are cancelled after `statement_timeout`.
 Result<void> begin_read_only(Connection& connection, Duration statement_timeout);
 
