@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "sandbox/local/image.h"
 #include "sandbox/local/state.h"
@@ -84,6 +85,7 @@ TEST_F(AdmissionTickets, ATicketCountsItsLimitsAndNamesItsSandboxUntilItEnds) {
   EXPECT_EQ((*counted)[0].limits.cpus + (*counted)[1].limits.cpus, 1.5);
   EXPECT_EQ((*counted)[0].limits.memory_bytes + (*counted)[1].limits.memory_bytes, 300u);
   EXPECT_EQ((*counted)[0].sandbox_id + (*counted)[1].sandbox_id, "") << "no id drawn yet";
+  lock->reset();
 
   // Named, it says which sandbox it counts (whose record, once read, counts instead).
   const std::string id = "0123456789ab";
@@ -97,6 +99,27 @@ TEST_F(AdmissionTickets, ATicketCountsItsLimitsAndNamesItsSandboxUntilItEnds) {
   state.remove_ticket(named);
   state.remove_ticket(*second);
   EXPECT_TRUE(state.admitting(std::chrono::minutes(1))->empty());
+}
+
+// A ticket renamed while another process counted could be listed by its old name, then found
+// gone as if its create had ended, before its record was saved: two creates at once, with room
+// for one, could both be admitted. Naming waits for the count to end.
+TEST_F(AdmissionTickets, NamingATicketWaitsWhileAnotherAdmissionCounts) {
+  StateStore state(dir_);
+  auto lock = state.lock_admissions();
+  ASSERT_TRUE(lock) << lock.error().message;
+  auto ticket = state.add_ticket(limits(1, 100));
+  ASSERT_TRUE(ticket);
+  const std::string id = "0123456789ab";
+  std::string named;
+  std::thread naming([&] { named = state.name_ticket(*ticket, id); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "admitting" / *ticket))
+      << "renamed while another admission was counting";
+  lock->reset();
+  naming.join();
+  EXPECT_EQ(named, *ticket + "-" + id);
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "admitting" / named));
 }
 
 TEST_F(AdmissionTickets, ATicketOfAProcessThatIsGoneOrTooOldCountsNoMoreAndIsRemoved) {

@@ -275,6 +275,10 @@ Result<std::string> StateStore::add_ticket(const ResourceLimits& limits) const {
 
 std::string StateStore::name_ticket(const std::string& ticket, std::string_view id) const {
   std::string named = fmt::format("{}-{}", ticket, id);
+  // Not while another process counts: it may have listed the old name and find it gone, as
+  // if the create had ended, before it reads the records (where this one's is not yet).
+  auto lock = lock_admissions();
+  if (!lock) return ticket;
   if (::rename((admitting_dir_ / ticket).c_str(), (admitting_dir_ / named).c_str()) != 0) {
     return ticket;  // counted by both until the create ends: too much, never too little
   }

@@ -80,7 +80,8 @@ class StateStore {
 
   // Admission in every process: a sandbox being created counts by a ticket until its record
   // is saved, a file <state>/admitting/<pid>-<n> with its limits, renamed to <pid>-<n>-<id>
-  // once it has an id. Counting the tickets and adding one hold <state>/admitting/.lock.
+  // once it has an id. Counting the tickets, adding one and naming one hold
+  // <state>/admitting/.lock.
   Result<UniqueFd> lock_admissions() const;
   // The tickets of the sandboxes being created, with the ids they name. Read them before the
   // records, and count a ticket only if its id is not among the records read: a sandbox whose
@@ -91,6 +92,7 @@ class StateStore {
   // A ticket for `limits` (under lock_admissions); its name.
   Result<std::string> add_ticket(const ResourceLimits& limits) const;
   // The ticket renamed to name the sandbox's id: its new name (its old one if that failed).
+  // Takes lock_admissions itself: not to be called under it.
   std::string name_ticket(const std::string& ticket, std::string_view id) const;
   void remove_ticket(const std::string& ticket) const;
 
