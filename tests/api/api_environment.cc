@@ -536,6 +536,13 @@ std::vector<StreamEvent> of_type(const std::vector<StreamEvent>& events, std::st
   return found;
 }
 
+std::string printed(const std::vector<StreamEvent>& events) {
+  std::string text;
+  for (const auto& event : of_type(events, "output"))
+    text += event.data["text"].get<std::string>();
+  return text;
+}
+
 HungDatabase::HungDatabase() {
   listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};

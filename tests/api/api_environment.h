@@ -267,6 +267,9 @@ class KeptConnection {
 
 // The events of a given type.
 std::vector<StreamEvent> of_type(const std::vector<StreamEvent>& events, std::string_view type);
+// What the "output" events carried, joined: output comes in pieces as it is written (print()
+// may write "42" and "\n" apart).
+std::string printed(const std::vector<StreamEvent>& events);
 
 // Where the API tests write what they record (build/test-results/api).
 std::filesystem::path results_dir();

@@ -247,10 +247,7 @@ TEST(Lifecycle, TheServerDeletesAnIdleSandboxOnItsOwnAndTheNextTurnGetsANewOne) 
   // The conversation goes on in a new sandbox.
   auto next = api.cell(id, "python", "print('again')");
   ASSERT_EQ(next.events.back().data["status"], "completed");
-  std::string printed;
-  for (const auto& event : of_type(next.events, "output"))
-    printed += event.data["text"].get<std::string>();
-  EXPECT_EQ(printed, "again\n");
+  EXPECT_EQ(printed(next.events), "again\n");
   std::string new_id;
   for (const auto& event : of_type(next.events, "sandbox")) {
     if (event.data["kind"] == "sandbox_ready") new_id = event.data["sandbox_id"];

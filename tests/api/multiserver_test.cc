@@ -145,10 +145,7 @@ TEST(Multiserver, ATurnStartedThroughOneServerStreamsThroughAnother) {
     auto seen = stream->finish();
     // Everything a's client saw, in the same order with the same ids, and nothing else.
     EXPECT_EQ(ids(seen.events), ids(from_a.events));
-    std::string printed;  // output comes in pieces as it is written
-    for (const auto& output : of_type(seen.events, "output"))
-      printed += output.data["text"].get<std::string>();
-    EXPECT_EQ(printed, "waiting\nthrough\n");
+    EXPECT_EQ(printed(seen.events), "waiting\nthrough\n");
   }
 
   stop_all({&a, &b, &c});
@@ -200,10 +197,7 @@ TEST(Multiserver, AServerKilledMidTurnIsTakenOverAndTheConversationGoesOn) {
   // The conversation goes on through c, in a new sandbox, told why.
   auto next = through_c.cell(id, "python", "print('after', 2 + 2)");
   ASSERT_EQ(next.events.back().data["status"], "completed") << next.body;
-  std::string printed;  // output comes in pieces as it is written
-  for (const auto& output : of_type(next.events, "output"))
-    printed += output.data["text"].get<std::string>();
-  EXPECT_EQ(printed, "after 4\n");
+  EXPECT_EQ(printed(next.events), "after 4\n");
 
   const auto document = through_b.get("/api/v1/conversations/" + id).json;
   ASSERT_EQ(document["turns"].size(), 3u);
@@ -541,9 +535,7 @@ TEST(Multiserver, ATurnThatLostItsLockStopsAndTheConversationGoesOn) {
   auto again = through_b.cell(id, "python", "print(6 * 7)");
   ASSERT_FALSE(again.events.empty());
   EXPECT_EQ(again.events.back().data["status"], "completed");
-  const auto output = of_type(again.events, "output");
-  ASSERT_EQ(output.size(), 1u);
-  EXPECT_EQ(output[0].data["text"], "42\n");
+  EXPECT_EQ(printed(again.events), "42\n");
   const auto turns = through_b.get("/api/v1/conversations/" + id).json["turns"];
   ASSERT_EQ(turns.size(), 2u) << turns.dump();
   EXPECT_EQ(turns[0]["status"], "cancelled");

@@ -89,10 +89,7 @@ TEST(Resume, ADroppedStreamResumesWithNothingLostOrRepeated) {
   // Every event of the turn, each once, in order.
   for (size_t i = 0; i < whole.size(); ++i)
     EXPECT_EQ(whole[i].id, fmt::format("1-{}", i + 1));
-  std::string counted;
-  for (const auto& event : of_type(whole, "output"))
-    counted += event.data["text"].get<std::string>();
-  EXPECT_EQ(counted, "1\n2\n3\n4\n5\n");
+  EXPECT_EQ(printed(whole), "1\n2\n3\n4\n5\n");
 
   // A finished turn resumes from any point too, and is kept across a restart.
   auto tail = api.stream("GET", fmt::format("/api/v1/conversations/{}/events", id), "",

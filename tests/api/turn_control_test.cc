@@ -240,7 +240,7 @@ TEST(TurnControl, TurnsOfDifferentConversationsRunAtTheSameTime) {
     auto stream = turn->finish();
     ASSERT_FALSE(stream.events.empty());
     ASSERT_EQ(stream.events.back().data["status"], "completed");
-    std::istringstream times(of_type(stream.events, "output")[0].data["text"].get<std::string>());
+    std::istringstream times(printed(stream.events));
     double start = 0, end = 0;
     times >> start >> end;
     latest_start = std::max(latest_start, start);
@@ -293,11 +293,11 @@ TEST(TurnControl, WithOneWorkerASecondTurnWaitsForTheFirstWhileTheServerAnswersO
   follower.drop();
 
   auto times = [](const ApiResponse& stream, std::string_view which) {
-    for (const auto& event : of_type(stream.events, "output")) {
-      std::istringstream words(event.data["text"].get<std::string>());
-      std::string word;
-      double time = 0;
-      if (words >> word >> time && word == which) return time;
+    std::istringstream words(printed(stream.events));
+    std::string word;
+    double time = 0;
+    while (words >> word >> time) {
+      if (word == which) return time;
     }
     ADD_FAILURE() << "no '" << which << "' output";
     return 0.0;
