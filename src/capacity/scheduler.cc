@@ -152,8 +152,9 @@ Scheduler::LeaseMap::iterator Scheduler::find(std::string_view sandbox_id) {
 
 Result<std::string> Scheduler::start(size_t account, const sandbox::Labels& labels,
                                      const std::optional<NetworkPolicy>& network,
-                                     const std::vector<std::string>& packages) {
+                                     const std::vector<std::string>& packages, int cancel_fd) {
   sandbox::SandboxSpec spec = options_.spec;
+  spec.cancel_fd = cancel_fd;
   if (network) spec.network = *network;
   for (const auto& [key, value] : labels)
     spec.labels[key] = value;
@@ -277,7 +278,8 @@ Result<Grant> Scheduler::acquire(const Request& request) {
     if (fits) ++dead_warm_;
     leases_.at(key).sandbox_id.clear();
   }
-  RETURN_IF_ERROR(fill(lock, key, request.labels, request.network, request.packages));
+  RETURN_IF_ERROR(
+      fill(lock, key, request.labels, request.network, request.packages, request.cancel_fd));
   return handed_out(key, false);
 }
 
@@ -499,10 +501,10 @@ Error Scheduler::timed_out(const std::string& user) const {
 
 Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
                              const std::optional<NetworkPolicy>& network,
-                             const std::vector<std::string>& packages) {
+                             const std::vector<std::string>& packages, int cancel_fd) {
   const size_t account = leases_.at(key).account;
   lock.unlock();
-  auto started = start(account, labels, network, packages);
+  auto started = start(account, labels, network, packages, cancel_fd);
   lock.lock();
   if (!started) {
     const bool placed = leases_.at(key).placed;

@@ -78,7 +78,7 @@ struct Request {
   // Extra Python packages the sandbox must have (SandboxSpec::packages): a warm sandbox has
   // none, so such a request takes a warm one's place for a start of its own.
   std::vector<std::string> packages;
-  int cancel_fd = -1;  // readable: stop waiting (kCancelled)
+  int cancel_fd = -1;  // readable: stop waiting, or creating the sandbox (kCancelled)
   // Told, on the acquiring thread, when the request starts waiting and when its place changes.
   std::function<void(const QueuePosition&)> on_queued;
 };
@@ -238,12 +238,13 @@ class Scheduler {
   // that fails.
   Result<void> fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
                     const std::optional<NetworkPolicy>& network = std::nullopt,
-                    const std::vector<std::string>& packages = {});
+                    const std::vector<std::string>& packages = {}, int cancel_fd = -1);
   // Creates and prepares a sandbox in `account` (without the lock), with the spec's network
-  // unless `network` narrows it, and the spec's packages and `packages`.
+  // unless `network` narrows it, and the spec's packages and `packages`; stopped once
+  // `cancel_fd` is readable (SandboxSpec::cancel_fd).
   Result<std::string> start(size_t account, const sandbox::Labels& labels,
                             const std::optional<NetworkPolicy>& network,
-                            const std::vector<std::string>& packages);
+                            const std::vector<std::string>& packages, int cancel_fd);
   // Creates and prepares a sandbox of `spec` in `account` (without the lock); one that could not
   // be prepared is destroyed.
   Result<std::string> create_prepared(size_t account, const sandbox::SandboxSpec& spec);

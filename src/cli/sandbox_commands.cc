@@ -146,17 +146,20 @@ Result<ExecRequest> make_request(const ExecFlags& flags, const Config& config,
   return request;
 }
 
+// A failure's exit status, said on stderr; Ctrl-C's is "cancelled", as a shell reports SIGINT.
+int report_failure(const Error& error) {
+  if (error.code == ErrorCode::kCancelled) {
+    std::fprintf(stderr, "quarry: cancelled\n");
+    return kCancelledExit;
+  }
+  return report(error);
+}
+
 // Runs the command and prints what the user asked for; returns quarry's exit status.
 int run_exec(sandbox::SandboxProvider& provider, const std::string& id, const ExecRequest& request,
              bool json) {
   auto result = provider.exec(id, request);
-  if (!result) {
-    if (result.error().code == ErrorCode::kCancelled) {
-      std::fprintf(stderr, "quarry: cancelled\n");
-      return kCancelledExit;
-    }
-    return report(result.error());
-  }
+  if (!result) return report_failure(result.error());
   if (json) {
     std::cout << sandbox::to_json(*result).dump(2, ' ', false,
                                                 nlohmann::json::error_handler_t::replace)
@@ -279,8 +282,11 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& con
     if (!provider) return void(exit_code = report(provider.error()));
     auto spec = make_spec(create_flags, **context.config());
     if (!spec) return void(exit_code = report(spec.error()));
+    // Installing --package may take minutes: Ctrl-C stops it and removes what was made.
+    CancelSignals cancel;
+    spec->cancel_fd = cancel.fd();
     auto info = (*provider)->create(*spec);
-    if (!info) return void(exit_code = report(info.error()));
+    if (!info) return void(exit_code = report_failure(info.error()));
     std::cout << info->id << std::endl;
   });
 
@@ -309,8 +315,9 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& con
     CancelSignals cancel;
     auto request = make_request(run_flags, **context.config(), cancel);
     if (!request) return void(exit_code = report(request.error()));
+    spec->cancel_fd = cancel.fd();
     auto info = (*provider)->create(*spec);
-    if (!info) return void(exit_code = report(info.error()));
+    if (!info) return void(exit_code = report_failure(info.error()));
     exit_code = run_exec(**provider, info->id, *request, run_flags.json);
     if (auto destroyed = (*provider)->destroy(info->id); !destroyed) {
       exit_code = report(destroyed.error());

@@ -1,6 +1,8 @@
 #include "common/command.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -88,8 +90,18 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv,
     envp = env.data();
   }
 
+  // A command that can be cancelled runs in a process group of its own, killed whole: argv[0]
+  // may be a wrapper (pyenv's python3 is a script that starts the real one). Otherwise it stays
+  // in ours, where the terminal's Ctrl-C reaches it with us.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  if (options.cancel_fd >= 0) {
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attributes, 0);
+  }
   pid_t pid = 0;
-  int spawn_error = ::posix_spawn(&pid, program->c_str(), &actions, nullptr, args.data(), envp);
+  int spawn_error = ::posix_spawn(&pid, program->c_str(), &actions, &attributes, args.data(), envp);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   write_end.reset();
   if (spawn_error != 0) {
@@ -97,10 +109,24 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv,
     return errno_error("starting '{}'", program->string());
   }
 
+  const auto name = [&] {
+    return options.name.empty() ? fmt::format("{}", fmt::join(argv, " ")) : options.name;
+  };
   CommandOutput result;
   std::string pending;
   char buffer[4096];
   while (true) {
+    pollfd polls[2] = {{read_end.get(), POLLIN, 0}, {options.cancel_fd, POLLIN, 0}};
+    if (::poll(polls, options.cancel_fd >= 0 ? 2 : 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("poll");
+    }
+    if (polls[1].revents != 0) {
+      ::kill(-pid, SIGKILL);
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      return make_error(ErrorCode::kCancelled, "'{}' was stopped: cancelled", name());
+    }
     ssize_t n = ::read(read_end.get(), buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -122,9 +148,6 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv,
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return errno_error("waitpid for '{}'", argv[0]);
   }
-  const auto name = [&] {
-    return options.name.empty() ? fmt::format("{}", fmt::join(argv, " ")) : options.name;
-  };
   if (WIFSIGNALED(status)) {
     return make_error(ErrorCode::kInternal, "'{}' was killed by signal {}; its last output:\n{}",
                       name(), WTERMSIG(status), tail_lines(result.output, 20));

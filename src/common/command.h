@@ -20,6 +20,9 @@ struct CommandOptions {
   std::function<void(std::string_view line)> on_line;
   // How errors name the command ("pip download"); the whole argv when empty.
   std::string name;
+  // Readable once the command is to stop (a signalfd for Ctrl-C, a cancelled turn's eventfd):
+  // it is killed, and run_command fails with kCancelled. -1 for none. Not read, only polled.
+  int cancel_fd = -1;
 };
 
 struct CommandOutput {
@@ -28,7 +31,8 @@ struct CommandOutput {
 };
 
 // Runs argv[0] (searched in PATH) and waits. A nonzero exit is an error whose message names the
-// command (options.name, else argv), its exit status and the last lines it printed.
+// command (options.name, else argv), its exit status and the last lines it printed; a cancel
+// (options.cancel_fd) is kCancelled.
 Result<CommandOutput> run_command(const std::vector<std::string>& argv,
                                   const CommandOptions& options = {});
 

@@ -30,6 +30,10 @@ struct SandboxSpec {
   // sandbox is created, on top of the image (and the snapshot). A provider with snapshots keeps
   // the result, so the next sandbox that asks for the same set starts with them installed.
   std::vector<std::string> packages;
+  // Readable once the create is to stop (Ctrl-C, a cancelled turn); -1 for none. A create that
+  // is still installing packages, or waiting for a remote sandbox to start, then removes what
+  // it made and fails with kCancelled. Only polled, never read.
+  int cancel_fd = -1;
 };
 
 // What `prepare` makes ready before a sandbox is handed out. (Packages are part of what a

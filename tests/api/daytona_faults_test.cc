@@ -4,10 +4,12 @@
 // a create, a sandbox stuck in `creating`. The provider retries or reports clearly, and no
 // sandbox is left behind: the server, asked directly, has none of the test's.
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
 
 #include "api_environment.h"
 #include "child_process.h"
 #include "common/http_client.h"
+#include "common/unique_fd.h"
 #include "sandbox/daytona/daytona_provider.h"
 
 namespace quarry::testing {
@@ -158,6 +160,23 @@ TEST_F(DaytonaFaults, ASandboxStuckInCreatingIsDeletedAndReported) {
   EXPECT_LT(Clock::now() - started, std::chrono::seconds(30));
   faults(nlohmann::json::array());
   EXPECT_EQ(on_server(), 0u) << "the stuck sandbox was deleted";
+}
+
+// Ctrl-C (or a cancelled turn) while Daytona starts the sandbox: the create stops waiting at
+// once and deletes the sandbox, rather than waiting out sandbox.daytona.create_timeout.
+TEST_F(DaytonaFaults, ACreateCancelledWhileTheSandboxStartsDeletesIt) {
+  faults({{{"method", "POST"}, {"path", "/api/sandbox"}, {"action", "creating"}, {"times", -1}},
+          {{"method", "GET"}, {"path", "/api/sandbox/"}, {"action", "creating"}, {"times", -1}}});
+  UniqueFd cancel(::eventfd(1, EFD_CLOEXEC));  // readable from the start
+  sandbox::SandboxSpec spec;
+  spec.cancel_fd = cancel.get();
+  auto created = provider_->create(spec);
+  ASSERT_FALSE(created) << "created " << created->id;
+  EXPECT_EQ(created.error().code, ErrorCode::kCancelled) << created.error().message;
+  EXPECT_NE(created.error().message.find("cancelled while sandbox"), std::string::npos)
+      << created.error().message;
+  faults(nlohmann::json::array());
+  EXPECT_EQ(on_server(), 0u) << "the sandbox of the cancelled create was left";
 }
 
 }  // namespace

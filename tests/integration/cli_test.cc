@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,10 +10,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "child_process.h"
+#include "common/file_util.h"
 #include "common/unique_fd.h"
 #include "conversation/conversation_manager.h"
 #include "conversation/sqlite_history_store.h"
 #include "sandbox_environment.h"
+#include "silent_server.h"
 
 extern char** environ;
 
@@ -285,6 +289,63 @@ TEST(Cli, LsShowsWhatACreateCutShortLeftAndRmRemovesIt) {
   EXPECT_EQ(removed.exit_code, 0) << removed.err;
   EXPECT_FALSE(std::filesystem::exists(dir));
   EXPECT_TRUE(listed().is_null());
+}
+
+// Ctrl-C while a create installs --package (which may take minutes) waited for the install to
+// end. It stops it now, and removes what it had made: here pip is stuck on a package index (on
+// loopback) that takes connections and never answers.
+TEST(Cli, CtrlCStopsACreateThatIsInstallingPackagesAndLeavesNothing) {
+  SilentServer index;
+  const std::string index_url = index.url("/simple/");
+  const std::vector<std::string> pip_settings = {"PIP_CONFIG_FILE", "PIP_INDEX_URL", "PIP_NO_INDEX",
+                                                 "PIP_FIND_LINKS"};
+  std::map<std::string, std::optional<std::string>> saved;
+  for (const auto& name : pip_settings) {
+    const char* value = std::getenv(name.c_str());
+    saved[name] = value ? std::optional<std::string>(value) : std::nullopt;
+    ::unsetenv(name.c_str());
+  }
+  ::setenv("PIP_CONFIG_FILE", "/dev/null", 1);
+  ::setenv("PIP_INDEX_URL", index_url.c_str(), 1);
+
+  auto ids = [] {
+    std::set<std::string> found;
+    auto ls = quarry({"sandbox", "ls", "--json"});
+    EXPECT_EQ(ls.exit_code, 0) << ls.err;
+    for (const auto& info : nlohmann::json::parse(ls.out))
+      found.insert(info["id"].get<std::string>());
+    return found;
+  };
+  const auto before = ids();
+  const auto stderr_file =
+      std::filesystem::temp_directory_path() / fmt::format("qt-ctrl-c-{}", ::getpid());
+  for (const auto& command : std::vector<std::vector<std::string>>{
+           {"sandbox", "run", "--package", "quarry-never-served", "--", "true"},
+           {"sandbox", "create", "--package", "quarry-never-served"}}) {
+    SCOPED_TRACE(command[1]);
+    std::filesystem::remove(stderr_file);
+    std::vector<std::string> argv = {SandboxEnvironment::get().quarry_binary().string(),
+                                     "--state-dir", SandboxEnvironment::get().state_dir().string()};
+    argv.insert(argv.end(), command.begin(), command.end());
+    ChildProcess creating(argv, stderr_file);
+    const UniqueFd asking = index.accept(std::chrono::seconds(60));
+    ASSERT_TRUE(asking) << "pip did not ask the index: " << read_file(stderr_file).value_or("");
+    const int status = creating.stop(SIGINT);
+    const std::string said = read_file(stderr_file).value_or("");
+    EXPECT_TRUE((WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) ||
+                (WIFEXITED(status) && WEXITSTATUS(status) == 130))
+        << "status " << status << ": " << said;
+    EXPECT_NE(said.find("quarry: cancelled"), std::string::npos) << said;
+    EXPECT_EQ(ids(), before) << "the sandbox of a cancelled create is left";
+    EXPECT_TRUE(SilentServer::closed_within(asking, std::chrono::seconds(10))) << "pip goes on";
+  }
+  std::filesystem::remove(stderr_file);
+  for (const auto& [name, value] : saved) {
+    if (value)
+      ::setenv(name.c_str(), value->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
 }
 
 TEST(Cli, BadInputGetsAClearError) {

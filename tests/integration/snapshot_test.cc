@@ -8,7 +8,9 @@
 // wheels made here go nowhere else.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -23,6 +25,7 @@
 #include "probe_wheel.h"
 #include "sandbox/local/local_provider.h"
 #include "sandbox_environment.h"
+#include "silent_server.h"
 
 namespace quarry::testing {
 namespace {
@@ -32,6 +35,9 @@ using sandbox::local::SnapshotInfo;
 
 class Snapshot : public ::testing::Test {
  protected:
+  static constexpr const char* kPipSettings[] = {"PIP_CONFIG_FILE", "PIP_NO_INDEX",
+                                                 "PIP_FIND_LINKS", "PIP_INDEX_URL"};
+
   void SetUp() override {
     auto& environment = SandboxEnvironment::get();
     dir_ = fmt::format("/tmp/qt-snap-{}", ::getpid());
@@ -40,8 +46,9 @@ class Snapshot : public ::testing::Test {
     std::filesystem::create_directories(dir_ / "cache");
     std::filesystem::create_directory_symlink(environment.cache_dir() / "images",
                                               dir_ / "cache/images");
-    for (const char* name : {"PIP_CONFIG_FILE", "PIP_NO_INDEX", "PIP_FIND_LINKS"}) {
+    for (const char* name : kPipSettings) {
       if (const char* value = std::getenv(name)) saved_env_.emplace_back(name, value);
+      ::unsetenv(name);
     }
     ::setenv("PIP_CONFIG_FILE", "/dev/null", 1);
     ::setenv("PIP_NO_INDEX", "1", 1);
@@ -57,7 +64,7 @@ class Snapshot : public ::testing::Test {
       for (auto it = left->rbegin(); it != left->rend(); ++it)
         (void)provider_->remove_snapshot(it->snapshot.name);
     }
-    for (const char* name : {"PIP_CONFIG_FILE", "PIP_NO_INDEX", "PIP_FIND_LINKS"})
+    for (const char* name : kPipSettings)
       ::unsetenv(name);
     for (const auto& [name, value] : saved_env_)
       ::setenv(name.c_str(), value.c_str(), 1);
@@ -513,6 +520,51 @@ TEST_F(Snapshot, AConversationsSandboxesHaveThePackagesItStartedWith) {
   const auto plain = (*history)->create_conversation("")->id;
   EXPECT_EQ(step(plain), "missing\n");
   EXPECT_EQ(snapshot_of(plain), "");
+  ASSERT_TRUE(manager.shutdown());
+}
+
+// Stopping a turn whose sandbox was still installing its conversation's packages waited for the
+// install (minutes, for a large set or a slow index). The install stops now, and the half-made
+// sandbox goes: here pip is stuck on an index that never answers.
+TEST_F(Snapshot, ATurnCancelledWhileItsSandboxInstallsPackagesLeavesNoSandbox) {
+  SilentServer index;
+  ::unsetenv("PIP_NO_INDEX");
+  ::unsetenv("PIP_FIND_LINKS");
+  ::setenv("PIP_INDEX_URL", index.url("/simple/").c_str(), 1);
+  auto& environment = SandboxEnvironment::get();
+  SystemClock clock;
+  auto history = conversation::SqliteHistoryStore::open(environment.fresh_history_path(), clock);
+  ASSERT_TRUE(history) << history.error().message;
+  conversation::ManagerOptions options;
+  options.instance_id = fmt::format("snapshot-{}", ::getpid());
+  options.spec = ScopedSandbox::default_spec();
+  conversation::ConversationManager manager(*provider_, **history, clock, options);
+  const auto id =
+      (*history)->create_conversation("", "local", std::nullopt, {"quarry-never-served"})->id;
+  auto turn = manager.begin_turn(id);
+  ASSERT_TRUE(turn) << turn.error().message;
+  UniqueFd cancel(::eventfd(0, EFD_CLOEXEC));
+  (*turn)->set_cancel_fd(cancel.get());
+  std::optional<Result<conversation::Execution>> ran;
+  std::thread stepping([&] {
+    sandbox::ExecRequest request;
+    request.argv = {"true"};
+    ran = (*turn)->sandbox().execute(request);
+  });
+  const UniqueFd asking = index.accept(std::chrono::seconds(60));
+  EXPECT_TRUE(asking) << "pip did not ask the index";
+  const uint64_t one = 1;
+  ASSERT_EQ(::write(cancel.get(), &one, sizeof one), 8);
+  stepping.join();
+  ASSERT_FALSE(*ran) << "the step ran";
+  EXPECT_EQ(ran->error().code, ErrorCode::kCancelled) << ran->error().message;
+  if (asking) {
+    EXPECT_TRUE(SilentServer::closed_within(asking, std::chrono::seconds(10))) << "pip goes on";
+  }
+  auto found = provider_->find({{std::string(conversation::kConversationLabel), id}});
+  ASSERT_TRUE(found) << found.error().message;
+  EXPECT_TRUE(found->empty()) << "the half-made sandbox is left";
+  (*turn)->finish(conversation::TurnStatus::kCancelled);
   ASSERT_TRUE(manager.shutdown());
 }
 

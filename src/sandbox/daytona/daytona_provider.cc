@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -11,7 +12,6 @@
 #include <istream>
 #include <iterator>
 #include <ostream>
-#include <thread>
 
 #include "common/json.h"
 #include "common/random_id.h"
@@ -61,9 +61,14 @@ class Poll {
  public:
   explicit Poll(Duration timeout) : deadline_(Clock::now() + timeout) {}
   bool expired() const { return Clock::now() >= deadline_; }
-  void wait() {
-    std::this_thread::sleep_for(delay_);
+  // Waits until the next look; false, at once, when `cancel_fd` (-1: none) is readable.
+  bool wait(int cancel_fd = -1) {
+    pollfd cancel{cancel_fd, POLLIN, 0};
+    const int ready = ::poll(
+        &cancel, cancel_fd >= 0 ? 1 : 0,
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(delay_).count()));
     delay_ = std::min<Duration>(delay_ * 2, std::chrono::seconds(1));
+    return ready <= 0;
   }
 
  private:
@@ -197,7 +202,7 @@ void DaytonaProvider::discard(std::string_view id, std::string_view why) {
   }
 }
 
-Result<nlohmann::json> DaytonaProvider::wait_started(std::string_view id) {
+Result<nlohmann::json> DaytonaProvider::wait_started(std::string_view id, int cancel_fd) {
   Poll poll(config_.daytona.create_timeout);
   for (;;) {
     auto sandbox = client_.get_sandbox(id);
@@ -224,7 +229,9 @@ Result<nlohmann::json> DaytonaProvider::wait_started(std::string_view id) {
     } else if (poll.expired()) {
       return std::unexpected(sandbox.error());
     }
-    poll.wait();
+    if (!poll.wait(cancel_fd)) {
+      return make_error(ErrorCode::kCancelled, "cancelled while sandbox {} was starting", id);
+    }
   }
 }
 
@@ -279,7 +286,7 @@ Result<SandboxInfo> DaytonaProvider::create(const SandboxSpec& spec) {
   if (id.empty()) return make_error(ErrorCode::kInternal, "daytona: POST /sandbox gave no id");
   // A server that starts sandboxes in milliseconds (another quarry) answers with one started.
   auto started = created->value("state", "") == "started" ? Result<nlohmann::json>(*created)
-                                                          : wait_started(id);
+                                                          : wait_started(id, spec.cancel_fd);
   if (!started) {
     discard(id, started.error().message);
     return std::unexpected(started.error());

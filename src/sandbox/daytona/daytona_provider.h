@@ -52,8 +52,9 @@ class DaytonaProvider final : public SandboxProvider {
   Result<Url> toolbox(std::string_view id);
   // Deletes a sandbox that create is giving up on; says so in the log if that fails too.
   void discard(std::string_view id, std::string_view why);
-  // Polls the sandbox until it is `started`; fails on error / build_failed or the deadline.
-  Result<nlohmann::json> wait_started(std::string_view id);
+  // Polls the sandbox until it is `started`; fails on error / build_failed or the deadline, and
+  // with kCancelled once `cancel_fd` (-1: none) is readable.
+  Result<nlohmann::json> wait_started(std::string_view id, int cancel_fd);
 
   SandboxConfig config_;
   DaytonaClient client_;

@@ -363,7 +363,8 @@ Result<SandboxInfo> LocalProvider::create(const SandboxSpec& spec) {
   layers.lock.reset();
   if (!started) return started;
   if (!layers.packages.empty() && !layers.has_packages) {
-    if (auto installed = install_packages(started->id, definition, image, layers); !installed) {
+    if (auto installed = install_packages(started->id, definition, image, layers, spec.cancel_fd);
+        !installed) {
       (void)destroy(started->id);
       return std::unexpected(installed.error().with_context(
           fmt::format("installing {} into a new sandbox", fmt::join(layers.packages, " "))));
@@ -1153,10 +1154,11 @@ void LocalProvider::remove_abandoned() {
 }
 
 Result<void> LocalProvider::install_packages(std::string_view id, const ImageDefinition& definition,
-                                             const Image& image, const Layers& layers) {
+                                             const Image& image, const Layers& layers,
+                                             int cancel_fd) {
   Progress progress("packages", 4);
-  ASSIGN_OR_RETURN(
-      auto set, package_set(options_.cache_dir, definition, image.hash, layers.packages, progress));
+  ASSIGN_OR_RETURN(auto set, package_set(options_.cache_dir, definition, image.hash,
+                                         layers.packages, progress, cancel_fd));
   ASSIGN_OR_RETURN(auto sandbox, running(id));
   if (!set.lock.packages.empty()) {
     progress.step(
@@ -1174,6 +1176,7 @@ Result<void> LocalProvider::install_packages(std::string_view id, const ImageDef
     RETURN_IF_ERROR(files.write(staging + "/requirements.txt", requirements, owner, owner));
     ExecRequest request;
     request.timeout = kInstallTimeout;
+    request.cancel_fd = cancel_fd;
     request.env = {{"HOME", "/root"}};
     request.working_directory = "/";
     const std::pair<std::vector<std::string>, const char*> steps[] = {

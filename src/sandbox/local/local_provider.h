@@ -101,8 +101,9 @@ class LocalProvider final : public SandboxProvider {
                             const SandboxVolume& volume, Admission& admission);
   // Installs `layers.packages` into a new sandbox (resolved once per set and image into a lock
   // in <cache>/package-locks, wheels fetched on the host) and freezes it as their snapshot.
+  // kCancelled, what it ran stopped, once `cancel_fd` is readable.
   Result<void> install_packages(std::string_view id, const ImageDefinition& definition,
-                                const Image& image, const Layers& layers);
+                                const Image& image, const Layers& layers, int cancel_fd);
   // Freezes the sandbox of `sandbox` as snapshot `name` (kAlreadyExists if the name is taken).
   Result<SnapshotRecord> freeze(const SandboxRecord& sandbox, std::string_view name,
                                 std::vector<std::string> packages, std::string lock);

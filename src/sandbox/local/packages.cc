@@ -10,7 +10,8 @@ namespace quarry::sandbox::local {
 
 Result<PackageSet> package_set(const std::filesystem::path& cache_dir,
                                const ImageDefinition& definition, std::string_view image_hash,
-                               const std::vector<std::string>& requirements, Progress& progress) {
+                               const std::vector<std::string>& requirements, Progress& progress,
+                               int cancel_fd) {
   const nlohmann::json key = {{"image", image_hash}, {"packages", requirements}};
   PackageSet set;
   set.lock_file =
@@ -30,8 +31,9 @@ Result<PackageSet> package_set(const std::filesystem::path& cache_dir,
     for (const auto& package : definition.lock.packages) {
       constraints.push_back(fmt::format("{}=={}", package.name, package.version));
     }
-    ASSIGN_OR_RETURN(auto resolved, resolve_requirements(requirements, definition.lock.python,
-                                                         constraints, wheels_dir, progress));
+    ASSIGN_OR_RETURN(auto resolved,
+                     resolve_requirements(requirements, definition.lock.python, constraints,
+                                          wheels_dir, progress, cancel_fd));
     set.lock.python = resolved.python;
     set.lock.requirements = resolved.requirements;
     for (auto& package : resolved.packages) {
@@ -55,7 +57,7 @@ Result<PackageSet> package_set(const std::filesystem::path& cache_dir,
                    fetch_locked_wheels(set.lock, set.lock_file.string(),
                                        fmt::format("delete {} to resolve the packages again",
                                                    set.lock_file.string()),
-                                       wheels_dir, progress));
+                                       wheels_dir, progress, cancel_fd));
   return set;
 }
 

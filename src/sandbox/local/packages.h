@@ -31,10 +31,12 @@ struct PackageSet {
 // The lock and wheels of `requirements` (canonical_requirements) on the image of `definition`
 // (built as `image_hash`): the lock from <cache>/package-locks/ if this set was resolved for
 // this image before, else resolved now with the host's pip and kept there; the wheels from
-// <cache>/wheels, or downloaded by their pins and hashes.
+// <cache>/wheels, or downloaded by their pins and hashes. kCancelled, pip stopped, once
+// `cancel_fd` (-1: none) is readable.
 Result<PackageSet> package_set(const std::filesystem::path& cache_dir,
                                const ImageDefinition& definition, std::string_view image_hash,
-                               const std::vector<std::string>& requirements, Progress& progress);
+                               const std::vector<std::string>& requirements, Progress& progress,
+                               int cancel_fd = -1);
 
 // The sandbox's pip installing exactly the staged lock (no index, no dependencies of its own
 // choosing, every hash checked), and checking the environment afterwards.

@@ -54,8 +54,9 @@ Result<ScopedTree> scratch_directory(const std::filesystem::path& wheels_dir,
 }
 
 // pip download, its lines shown as progress; its errors name it without the 25 platform tags.
-CommandOptions pip_download_options(Progress& progress) {
+CommandOptions pip_download_options(Progress& progress, int cancel_fd) {
   CommandOptions options;
+  options.cancel_fd = cancel_fd;
   options.on_line = [&progress](std::string_view line) { progress.detail(line); };
   options.name = "pip download";
   return options;
@@ -65,7 +66,7 @@ CommandOptions pip_download_options(Progress& progress) {
 
 Result<std::map<std::string, std::filesystem::path>> fetch_locked_wheels(
     const PythonLock& lock, std::string_view source, std::string_view relock,
-    const std::filesystem::path& wheels_dir, Progress& progress) {
+    const std::filesystem::path& wheels_dir, Progress& progress, int cancel_fd) {
   RETURN_IF_ERROR(make_directories(wheels_dir, 0755));
   auto wheels = find_locked_wheels(lock, wheels_dir);
   if (!wheels.missing.empty()) {
@@ -88,7 +89,10 @@ Result<std::map<std::string, std::filesystem::path>> fetch_locked_wheels(
                                          (temp.path() / "requirements.txt").string()};
     auto target = pip_target(lock.python);
     download.insert(download.end(), target.begin(), target.end());
-    auto downloaded = run_command(download, pip_download_options(progress));
+    auto downloaded = run_command(download, pip_download_options(progress, cancel_fd));
+    if (!downloaded && downloaded.error().code == ErrorCode::kCancelled) {
+      return std::unexpected(downloaded.error());
+    }
     if (!downloaded) {
       return make_error(downloaded.error().code,
                         "downloading the packages of {} that are not in {} failed: {}\nWhere pip "
@@ -106,8 +110,8 @@ Result<std::map<std::string, std::filesystem::path>> fetch_locked_wheels(
 Result<PythonLock> resolve_requirements(const std::vector<std::string>& requirements,
                                         const std::string& python,
                                         const std::vector<std::string>& constraints,
-                                        const std::filesystem::path& wheels_dir,
-                                        Progress& progress) {
+                                        const std::filesystem::path& wheels_dir, Progress& progress,
+                                        int cancel_fd) {
   PythonLock lock;
   lock.python = python;
   lock.requirements = requirements;
@@ -125,7 +129,7 @@ Result<PythonLock> resolve_requirements(const std::vector<std::string>& requirem
   auto target = pip_target(lock.python);
   download.insert(download.end(), target.begin(), target.end());
   download.insert(download.end(), lock.requirements.begin(), lock.requirements.end());
-  RETURN_IF_ERROR(with_context(run_command(download, pip_download_options(progress)),
+  RETURN_IF_ERROR(with_context(run_command(download, pip_download_options(progress, cancel_fd)),
                                "resolving the Python packages"));
 
   std::error_code error;

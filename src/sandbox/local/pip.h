@@ -19,10 +19,11 @@ namespace quarry::sandbox::local {
 // The wheels of every package `lock` pins (package name -> file), from `wheels_dir` or
 // downloaded there by their pins and hashes, so pip resolves nothing and refuses a file whose
 // hash the lock does not list. `source` names the lock in errors; `relock` says how to lock
-// again when the index serves other files now ("run quarry image lock").
+// again when the index serves other files now ("run quarry image lock"). pip is stopped, and
+// this fails with kCancelled, once `cancel_fd` (-1: none) is readable; so for resolving.
 Result<std::map<std::string, std::filesystem::path>> fetch_locked_wheels(
     const PythonLock& lock, std::string_view source, std::string_view relock,
-    const std::filesystem::path& wheels_dir, Progress& progress);
+    const std::filesystem::path& wheels_dir, Progress& progress, int cancel_fd = -1);
 
 // Resolves `requirements` for Python `python` (the newest versions they allow) and locks what
 // pip chose; its wheels are moved into `wheels_dir`. `constraints` are name==version pins pip
@@ -30,7 +31,7 @@ Result<std::map<std::string, std::filesystem::path>> fetch_locked_wheels(
 Result<PythonLock> resolve_requirements(const std::vector<std::string>& requirements,
                                         const std::string& python,
                                         const std::vector<std::string>& constraints,
-                                        const std::filesystem::path& wheels_dir,
-                                        Progress& progress);
+                                        const std::filesystem::path& wheels_dir, Progress& progress,
+                                        int cancel_fd = -1);
 
 }  // namespace quarry::sandbox::local
