@@ -36,6 +36,19 @@ class Walker : public YamlReader {
     return whole_number(node, path, min, max);
   }
 
+  // A host file or directory the configuration names: found from the file's directory when
+  // relative (resolve_files). quarry expands no '~', so one is refused with what to write.
+  Result<std::string> host_path(const YAML::Node& node, std::string_view path) const {
+    ASSIGN_OR_RETURN(auto text, scalar(node, path));
+    if (text.starts_with('~')) {
+      return fail(node, path,
+                  "'{}': quarry does not expand '~'; write the whole path, or one relative to "
+                  "this file's directory",
+                  text);
+    }
+    return text;
+  }
+
   // An absolute, normalised directory path inside the sandbox, of the user's own (quarry makes
   // it at every start, owned by the sandbox's user); `example` names one.
   Result<std::string> sandbox_dir(const YAML::Node& node, std::string_view path,
@@ -258,13 +271,14 @@ Result<void> parse_daytona(const Walker& walk, const YAML::Node& node, DaytonaCo
                        out.api_key_env);
     }
   }
-  for (auto [key, field] : {std::pair{"target", &out.target},
-                            {"snapshot", &out.snapshot},
-                            {"image", &out.image},
-                            {"ca_file", &out.ca_file}}) {
+  for (auto [key, field] :
+       {std::pair{"target", &out.target}, {"snapshot", &out.snapshot}, {"image", &out.image}}) {
     if (auto value = node[key]) {
       ASSIGN_OR_RETURN(*field, walk.scalar(value, fmt::format("sandbox.daytona.{}", key)));
     }
+  }
+  if (auto value = node["ca_file"]) {
+    ASSIGN_OR_RETURN(out.ca_file, walk.host_path(value, "sandbox.daytona.ca_file"));
   }
   if (!out.snapshot.empty() && !out.image.empty()) {
     return walk.fail(node["image"], "sandbox.daytona.image",
@@ -343,7 +357,7 @@ Result<void> parse_sandbox(const Walker& walk, const YAML::Node& node, SandboxCo
     }
   }
   if (auto value = node["lock"]) {
-    ASSIGN_OR_RETURN(auto lock, walk.scalar(value, "sandbox.lock"));
+    ASSIGN_OR_RETURN(auto lock, walk.host_path(value, "sandbox.lock"));
     if (lock.empty() || lock.find('\0') != std::string::npos ||
         lock.find('\n') != std::string::npos) {
       return walk.fail(value, "sandbox.lock", "must name a file (e.g. config.lock)");
@@ -601,7 +615,7 @@ Result<void> parse_model(const Walker& walk, const YAML::Node& node, ModelConfig
     out.temperature = temperature;
   }
   if (auto value = node["ca_file"]) {
-    ASSIGN_OR_RETURN(out.ca_file, walk.scalar(value, "model.ca_file"));
+    ASSIGN_OR_RETURN(out.ca_file, walk.host_path(value, "model.ca_file"));
   }
   return {};
 }
@@ -620,13 +634,7 @@ Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConf
     }
   }
   if (auto value = node["tokens_file"]) {
-    ASSIGN_OR_RETURN(out.tokens_file, walk.scalar(value, "server.tokens_file"));
-    if (out.tokens_file.starts_with('~')) {
-      return walk.fail(value, "server.tokens_file",
-                       "'{}': quarry does not expand '~'; write the whole path, or one relative "
-                       "to this file's directory",
-                       out.tokens_file);
-    }
+    ASSIGN_OR_RETURN(out.tokens_file, walk.host_path(value, "server.tokens_file"));
   }
   if (auto value = node["max_body"]) {
     ASSIGN_OR_RETURN(out.max_body, walk.size(value, "server.max_body"));
@@ -648,7 +656,7 @@ Result<void> parse_server(const Walker& walk, const YAML::Node& node, ServerConf
     out.workers = static_cast<uint32_t>(workers);
   }
   if (auto value = node["web_dir"]) {
-    ASSIGN_OR_RETURN(out.web_dir, walk.scalar(value, "server.web_dir"));
+    ASSIGN_OR_RETURN(out.web_dir, walk.host_path(value, "server.web_dir"));
   }
   if (auto value = node["session_lifetime"]) {
     ASSIGN_OR_RETURN(out.session_lifetime,
@@ -802,9 +810,11 @@ void resolve_files(Config& config, std::string_view source) {
   } else if (lock.is_relative()) {
     lock = file.parent_path() / lock;
   }
-  auto& tokens = config.server.tokens_file;
-  if (!tokens.empty() && std::filesystem::path(tokens).is_relative()) {
-    tokens = (file.parent_path() / tokens).string();
+  for (std::string* path : {&config.server.tokens_file, &config.server.web_dir,
+                            &config.model.ca_file, &config.sandbox.daytona.ca_file}) {
+    if (!path->empty() && std::filesystem::path(*path).is_relative()) {
+      *path = (file.parent_path() / *path).string();
+    }
   }
 }
 

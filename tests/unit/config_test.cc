@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <functional>
 
 #include "conversation/conversation_manager.h"
 
@@ -506,6 +507,37 @@ TEST(Config, FindsTheTokensFileFromTheConfigurationsDirectory) {
   EXPECT_EQ(home.error().message,
             "/etc/quarry/config.yml:2: server.tokens_file: '~/tokens.json': quarry does not "
             "expand '~'; write the whole path, or one relative to this file's directory");
+}
+
+// Every other host path is found the same way: a CA file beside the configuration worked only
+// when quarry was started in its directory.
+TEST(Config, FindsEveryFileItNamesFromTheConfigurationsDirectory) {
+  struct Case {
+    std::string section, key;
+    std::function<std::string(const Config&)> value;
+  };
+  const std::vector<Case> cases = {
+      {"model", "ca_file", [](const Config& c) { return c.model.ca_file; }},
+      {"sandbox:\n  daytona", "ca_file", [](const Config& c) { return c.sandbox.daytona.ca_file; }},
+      {"server", "web_dir", [](const Config& c) { return c.server.web_dir; }},
+      {"sandbox", "lock", [](const Config& c) { return c.sandbox.lock_file.string(); }}};
+  for (const auto& [section, key, value] : cases) {
+    SCOPED_TRACE(key);
+    const std::string indent = section.find('\n') == std::string::npos ? "  " : "    ";
+    auto relative =
+        parse_config(fmt::format("{}:\n{}{}: here/it\n", section, indent, key), "/etc/q/c.yml");
+    ASSERT_TRUE(relative) << relative.error().message;
+    EXPECT_EQ(value(*relative), "/etc/q/here/it");
+    auto absolute =
+        parse_config(fmt::format("{}:\n{}{}: /srv/it\n", section, indent, key), "/etc/q/c.yml");
+    ASSERT_TRUE(absolute) << absolute.error().message;
+    EXPECT_EQ(value(*absolute), "/srv/it");
+    auto home =
+        parse_config(fmt::format("{}:\n{}{}: ~/it\n", section, indent, key), "/etc/q/c.yml");
+    ASSERT_FALSE(home);
+    EXPECT_NE(home.error().message.find("'~/it': quarry does not expand '~'"), std::string::npos)
+        << home.error().message;
+  }
 }
 
 TEST(Config, ReadsTheModelSection) {
