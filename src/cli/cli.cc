@@ -95,6 +95,19 @@ int run(int argc, char** argv, DataCommands& data) {
     if (auto logging = setup_logging(options.log_level); !logging) {
       throw CLI::ValidationError("--log-level", logging.error().message);
     }
+    // Set where no shell expands '~' (a service's environment, a quoted export), it would name
+    // a directory "~" in the working directory.
+    for (auto [variable, flag_given] :
+         {std::pair{"QUARRY_STATE_DIR", options.state_dir.has_value()},
+          {"QUARRY_CACHE_DIR", options.cache_dir.has_value()},
+          {"QUARRY_CONFIG", options.config_path.has_value()}}) {
+      const char* value = std::getenv(variable);
+      if (!flag_given && value != nullptr && value[0] == '~') {
+        throw CLI::ValidationError(variable, fmt::format("'{}': quarry does not expand '~'; set "
+                                                         "it to the whole path",
+                                                         value));
+      }
+    }
   });
   try {
     app.parse(argc, argv);

@@ -387,6 +387,18 @@ TEST(Cli, BadInputGetsAClearError) {
   EXPECT_NE(home.err.find("'~/cache': quarry does not expand '~'; write the whole path"),
             std::string::npos)
       << home.err;
+  // So for the environment, as a service or a quoted export sets it; a flag overrides it.
+  ::setenv("QUARRY_STATE_DIR", "~/state", 1);
+  auto from_environment = run_quarry({"token", "ls"});
+  auto overridden = quarry({"sandbox", "ls"});
+  ::unsetenv("QUARRY_STATE_DIR");
+  EXPECT_NE(from_environment.exit_code, 0);
+  EXPECT_NE(
+      from_environment.err.find(
+          "QUARRY_STATE_DIR: '~/state': quarry does not expand '~'; set it to the whole path"),
+      std::string::npos)
+      << from_environment.err;
+  EXPECT_EQ(overridden.exit_code, 0) << overridden.err;
 }
 
 // Only the command argv names is built in full; the help still lists every command, and each
