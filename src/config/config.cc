@@ -308,6 +308,7 @@ Result<void> parse_daytona(const Walker& walk, const YAML::Node& node, DaytonaCo
     if (!labels.IsMap()) {
       return walk.fail(labels, "sandbox.daytona.labels", "must map label names to values");
     }
+    RETURN_IF_ERROR(walk.check_names(labels, "sandbox.daytona.labels"));
     for (const auto& entry : labels) {
       ASSIGN_OR_RETURN(auto name, walk.scalar(entry.first, "sandbox.daytona.labels"));
       ASSIGN_OR_RETURN(auto value,
@@ -694,6 +695,7 @@ Result<void> parse_capacity(const Walker& walk, const YAML::Node& node, Capacity
                        "must map each account's name to its limits, e.g. "
                        "'accounts: {{local: {{max_sandboxes: 8}}}}'");
     }
+    RETURN_IF_ERROR(walk.check_names(accounts, "capacity.accounts"));
     for (const auto& entry : accounts) {
       ASSIGN_OR_RETURN(auto name, walk.scalar(entry.first, "capacity.accounts"));
       const std::string path = fmt::format("capacity.accounts.{}", name);

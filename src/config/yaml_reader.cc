@@ -47,9 +47,6 @@ Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path
                       fmt::join(known, ":, "));
   }
   if (!node.IsMap()) return fail(node, path, "must be a mapping of keys to values");
-  // yaml-cpp keeps both of two equal keys and node[key] finds the first: the second would be
-  // neither read nor checked.
-  std::vector<std::pair<std::string, int>> seen;  // key, line
   for (const auto& entry : node) {
     // A key may be any node in YAML ("? [a, b]: c"); ours are names.
     if (!entry.first.IsScalar()) {
@@ -57,14 +54,25 @@ Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path
                   "has a key that is not a name (known keys here: {})", fmt::join(known, ", "));
     }
     const std::string& key = entry.first.Scalar();
-    std::string child = path.empty() ? key : fmt::format("{}.{}", path, key);
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      return fail(entry.first, child, "unknown key (known keys here: {})", fmt::join(known, ", "));
+      return fail(entry.first, path.empty() ? key : fmt::format("{}.{}", path, key),
+                  "unknown key (known keys here: {})", fmt::join(known, ", "));
     }
+  }
+  // node[key] finds the first of two equal keys: the second would be neither read nor checked.
+  return check_names(node, path);
+}
+
+Result<void> YamlReader::check_names(const YAML::Node& node, std::string_view path) const {
+  std::vector<std::pair<std::string, int>> seen;  // key, line
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) return fail(entry.first, path, "has a key that is not a name");
+    const std::string& key = entry.first.Scalar();
     auto first = std::find_if(seen.begin(), seen.end(),
                               [&](const auto& earlier) { return earlier.first == key; });
     if (first != seen.end()) {
-      return fail(entry.first, child, "set twice (first on line {}); keep one", first->second + 1);
+      return fail(entry.first, path.empty() ? key : fmt::format("{}.{}", path, key),
+                  "set twice (first on line {}); keep one", first->second + 1);
     }
     seen.emplace_back(key, entry.first.Mark().line);
   }

@@ -37,6 +37,9 @@ class YamlReader {
   // empty section) is an empty mapping.
   Result<void> check_map(const YAML::Node& node, std::string_view path,
                          std::initializer_list<std::string_view> known) const;
+  // A mapping whose keys are names of the user's (labels, accounts): each a single value, and
+  // none twice. yaml-cpp keeps both of two equal keys, and a reader would take one silently.
+  Result<void> check_names(const YAML::Node& node, std::string_view path) const;
 
   Result<std::string> scalar(const YAML::Node& node, std::string_view path) const;
 

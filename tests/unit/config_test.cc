@@ -356,6 +356,12 @@ TEST(Config, RejectsBadInputNamingTheKey) {
        "config.yml:4: sandbox.exec_timeout: set twice (first on line 2); keep one"},
       {"key set twice in braces", "sandbox:\n  resources: {cpus: 1, cpus: 2}\n",
        "config.yml:2: sandbox.resources.cpus: set twice (first on line 2); keep one"},
+      // So for names of the user's: one of the two was taken silently.
+      {"label set twice", "sandbox:\n  daytona:\n    labels:\n      team: a\n      team: b\n",
+       "config.yml:5: sandbox.daytona.labels.team: set twice (first on line 4); keep one"},
+      {"account set twice",
+       "capacity:\n  accounts: {a: {max_sandboxes: 3}, a: {max_sandboxes: 4}}\n",
+       "config.yml:2: capacity.accounts.a: set twice (first on line 2); keep one"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
