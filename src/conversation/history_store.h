@@ -159,6 +159,11 @@ struct SandboxReference {
   std::string kernel;
 };
 
+// Why a turn stopped when its lock went (TurnLock::watch), as its history and its user see it.
+inline constexpr std::string_view kTurnLockLost =
+    "cancelled: quarry lost its session with the history database (conversations.url), and with "
+    "it the conversation's turn lock; send the message again";
+
 // Held while a turn runs; released when destroyed, or when the process holding it dies.
 class TurnLock {
  public:

@@ -205,9 +205,7 @@ Result<int> TurnRunner::start(const std::string& conversation_id, TurnKind kind,
     if (running->ended) return;
     spdlog::warn("conversation {}: turn {} lost its turn lock: cancelling",
                  running->conversation_id, running->number);
-    running->request_cancel(
-        "cancelled: the server lost its session with the history database (conversations.url), "
-        "and with it the conversation's turn lock; send the message again");
+    running->request_cancel(conversation::kTurnLockLost);
   });
   const std::string user = shared_turn->owner();
   std::lock_guard lock(mutex_);

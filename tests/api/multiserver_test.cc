@@ -57,6 +57,17 @@ class SharedHistory {
   std::string name_;
 };
 
+// Ends the PostgreSQL session that holds conversation `id`'s turn lock, as a restart of the
+// database or an operator would; fails the test if no session holds it.
+void terminate_turn_lock(const std::string& id) {
+  const auto key = static_cast<uint64_t>(conversation::PostgresHistoryStore::turn_lock_key(id));
+  admin_sql(fmt::format(
+      "DO $$ BEGIN IF (SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
+      "'advisory' AND granted AND classid = {} AND objid = {} AND objsubid = 1) <> 1 THEN RAISE "
+      "EXCEPTION 'no session holds the turn lock'; END IF; END $$",
+      key >> 32, key & 0xffffffffu));
+}
+
 std::string cells_path(const std::string& id) {
   return fmt::format("/api/v1/conversations/{}/cells", id);
 }
@@ -519,12 +530,7 @@ TEST(Multiserver, ATurnThatLostItsLockStopsAndTheConversationGoesOn) {
                                         "time.sleep(600)\n"));
   ASSERT_TRUE(sleeping.wait_for_type("output"));
 
-  const auto key = static_cast<uint64_t>(conversation::PostgresHistoryStore::turn_lock_key(id));
-  admin_sql(fmt::format(
-      "DO $$ BEGIN IF (SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
-      "'advisory' AND granted AND classid = {} AND objid = {} AND objsubid = 1) <> 1 THEN RAISE "
-      "EXCEPTION 'no session holds the turn lock'; END IF; END $$",
-      key >> 32, key & 0xffffffffu));
+  terminate_turn_lock(id);
   auto done = sleeping.wait_for_type("done");
   ASSERT_TRUE(done) << "the turn went on without its lock";
   EXPECT_EQ(done->data["status"], "cancelled");
@@ -542,6 +548,48 @@ TEST(Multiserver, ATurnThatLostItsLockStopsAndTheConversationGoesOn) {
   EXPECT_EQ(turns[0]["error"], error);
   EXPECT_EQ(turns[1]["status"], "completed");
   stop_all({&a, &b});
+}
+
+// So for `quarry ask` on the shared history: its turn stops, says why, and the conversation
+// goes on through a server.
+TEST(Multiserver, AnAskThatLostItsLockStopsAndSaysWhy) {
+  SharedHistory history;
+  auto options = history.server("multi-a");
+  options.scenario = "long_command";
+  QuarryServer a(options);
+  ASSERT_TRUE(a.started());
+  ApiClient through_a(a.url());
+  const auto id = through_a.create_conversation("ask lock lost");
+  const auto said = a.state_dir() / "ask-stderr";
+  ChildProcess asking(
+      {SandboxEnvironment::get().quarry_binary().string(), "--config", a.config().string(),
+       "--state-dir", a.state_dir().string(), "ask", "--conversation", id, "Run the long one"},
+      said);
+  ASSERT_TRUE(asking.line_with("[run_python"));
+  // The step runs once the turn is recorded running with a sandbox.
+  bool running = false;
+  for (int i = 0; i < 200 && !running; ++i) {
+    const auto document = through_a.get("/api/v1/conversations/" + id).json;
+    running = document["sandbox"].is_object() && document["sandbox"]["state"] == "busy";
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(running) << through_a.get("/api/v1/conversations/" + id).body;
+  terminate_turn_lock(id);
+  (void)asking.rest();  // read to its end, so that it never waits on a full pipe
+  const int status = asking.wait();
+  const std::string error = read_file(said).value_or("");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << ": " << error;
+  EXPECT_NE(error.find(std::string(conversation::kTurnLockLost)), std::string::npos) << error;
+  const auto turns = through_a.get("/api/v1/conversations/" + id).json["turns"];
+  ASSERT_EQ(turns.size(), 1u) << turns.dump();
+  EXPECT_EQ(turns[0]["status"], "cancelled");
+  EXPECT_EQ(turns[0]["error"], conversation::kTurnLockLost);
+
+  auto again = through_a.cell(id, "python", "print(6 * 7)");
+  ASSERT_FALSE(again.events.empty());
+  EXPECT_EQ(again.events.back().data["status"], "completed") << again.body;
+  EXPECT_EQ(printed(again.events), "42\n");
+  stop_all({&a});
 }
 
 }  // namespace

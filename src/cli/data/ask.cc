@@ -1,5 +1,7 @@
 // quarry ask "QUESTION" [--conversation ID], as it runs (the options: ask_command.cc): one turn
 // of the agent, streamed to the terminal.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -171,11 +173,31 @@ int DataRoom::ask(Context& context, const AskOptions& options) {
       agent::system_prompt(*config, runtime ? std::optional(*runtime) : std::nullopt),
       agent::agent_options(*config));
 
+  // The turn stops on Ctrl-C, or when its lock goes (a history in PostgreSQL whose session
+  // ended): another turn could then begin on the conversation, through a server, and take this
+  // one's commands for the remains of a dead process.
   CancelSignals cancel;
+  UniqueFd lock_lost(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  UniqueFd stop(::epoll_create1(EPOLL_CLOEXEC));
+  if (!lock_lost || !stop) return report(errno_error("setting up the turn's cancel").error());
+  for (int fd : {cancel.fd(), lock_lost.get()}) {
+    epoll_event watched{};
+    watched.events = EPOLLIN;
+    if (::epoll_ctl(stop.get(), EPOLL_CTL_ADD, fd, &watched) != 0) {
+      return report(errno_error("setting up the turn's cancel").error());
+    }
+  }
   Printer printer;
   Result<std::string> answer = make_error(ErrorCode::kInternal, "the turn did not run");
+  int number = 0;
   try {
-    answer = agent.run_turn(id, options.question, std::ref(printer), cancel.fd());
+    ASSIGN_OR_RETURN_CLI(auto turn, manager.begin_turn(id, conversation::TurnKind::kAsk, {}));
+    number = turn->number();
+    turn->on_lock_lost([fd = lock_lost.get()] {
+      const uint64_t one = 1;
+      (void)!::write(fd, &one, sizeof one);
+    });
+    answer = agent.run_turn(*turn, options.question, std::ref(printer), stop.get());
   } catch (const std::exception& error) {
     // As the server does: the turn is recorded failed (its end, unwinding), and said so here
     // rather than by std::terminate.
@@ -184,6 +206,15 @@ int DataRoom::ask(Context& context, const AskOptions& options) {
   std::cerr << fmt::format("conversation {} (continue with: quarry ask --conversation {} ...)\n",
                            id, id);
   if (!answer) {
+    uint64_t lost = 0;
+    if (answer.error().code == ErrorCode::kCancelled &&
+        ::read(lock_lost.get(), &lost, sizeof lost) == sizeof lost) {
+      // The agent recorded "cancelled"; the history says why.
+      (void)history->finish_turn(id, number, conversation::TurnStatus::kCancelled,
+                                 std::string(conversation::kTurnLockLost));
+      std::cerr << "quarry: " << conversation::kTurnLockLost << "\n";
+      return 1;
+    }
     if (answer.error().code == ErrorCode::kCancelled) {
       std::cerr << "quarry: cancelled\n";
       return kCancelledExit;
