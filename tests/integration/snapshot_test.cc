@@ -130,7 +130,23 @@ class Snapshot : public ::testing::Test {
     return std::nullopt;
   }
 
+  // Conversations on this test's provider, in a history of their own (history_).
+  std::unique_ptr<conversation::ConversationManager> open_conversations() {
+    auto history = conversation::SqliteHistoryStore::open(
+        SandboxEnvironment::get().fresh_history_path(), clock_);
+    EXPECT_TRUE(history) << history.error().message;
+    if (!history) return nullptr;
+    history_ = std::move(*history);
+    conversation::ManagerOptions options;
+    options.instance_id = fmt::format("snapshot-{}", ::getpid());
+    options.spec = ScopedSandbox::default_spec();
+    return std::make_unique<conversation::ConversationManager>(*provider_, *history_, clock_,
+                                                               options);
+  }
+
   std::filesystem::path dir_;
+  SystemClock clock_;
+  std::unique_ptr<conversation::SqliteHistoryStore> history_;
   std::unique_ptr<LocalProvider> provider_;
   std::vector<std::string> sandboxes_;
   std::vector<std::pair<std::string, std::string>> saved_env_;
@@ -481,16 +497,10 @@ TEST_F(Snapshot, AMissingPackageFailsTheCreateAndSaysWhich) {
 // conversation asking for the same set starts from their snapshot.
 TEST_F(Snapshot, AConversationsSandboxesHaveThePackagesItStartedWith) {
   ASSERT_TRUE(make_probe_wheel(dir_ / "index", "1.0"));
-  auto& environment = SandboxEnvironment::get();
-  SystemClock clock;
-  auto history = conversation::SqliteHistoryStore::open(environment.fresh_history_path(), clock);
-  ASSERT_TRUE(history) << history.error().message;
-  conversation::ManagerOptions options;
-  options.instance_id = fmt::format("snapshot-{}", ::getpid());
-  options.spec = ScopedSandbox::default_spec();
-  conversation::ConversationManager manager(*provider_, **history, clock, options);
+  auto manager = open_conversations();
+  ASSERT_TRUE(manager);
   auto step = [&](const std::string& conversation_id) {
-    auto turn = manager.begin_turn(conversation_id);
+    auto turn = manager->begin_turn(conversation_id);
     EXPECT_TRUE(turn) << turn.error().message;
     if (!turn) return std::string();
     sandbox::ExecRequest request;
@@ -509,18 +519,17 @@ TEST_F(Snapshot, AConversationsSandboxesHaveThePackagesItStartedWith) {
     return found && found->size() == 1u ? found->front().snapshot : std::string("?");
   };
 
-  const auto first =
-      (*history)->create_conversation("", "local", std::nullopt, {"quarry-probe"})->id;
+  const auto first = history_->create_conversation("", "local", std::nullopt, {"quarry-probe"})->id;
   EXPECT_EQ(step(first), "1.0\n");
   EXPECT_EQ(snapshot_of(first), "") << "the first installed them itself";
   const auto second =
-      (*history)->create_conversation("", "local", std::nullopt, {"quarry-probe"})->id;
+      history_->create_conversation("", "local", std::nullopt, {"quarry-probe"})->id;
   EXPECT_EQ(step(second), "1.0\n");
   EXPECT_TRUE(snapshot_of(second).starts_with("packages-")) << snapshot_of(second);
-  const auto plain = (*history)->create_conversation("")->id;
+  const auto plain = history_->create_conversation("")->id;
   EXPECT_EQ(step(plain), "missing\n");
   EXPECT_EQ(snapshot_of(plain), "");
-  ASSERT_TRUE(manager.shutdown());
+  ASSERT_TRUE(manager->shutdown());
 }
 
 // Stopping a turn whose sandbox was still installing its conversation's packages waited for the
@@ -531,17 +540,11 @@ TEST_F(Snapshot, ATurnCancelledWhileItsSandboxInstallsPackagesLeavesNoSandbox) {
   ::unsetenv("PIP_NO_INDEX");
   ::unsetenv("PIP_FIND_LINKS");
   ::setenv("PIP_INDEX_URL", index.url("/simple/").c_str(), 1);
-  auto& environment = SandboxEnvironment::get();
-  SystemClock clock;
-  auto history = conversation::SqliteHistoryStore::open(environment.fresh_history_path(), clock);
-  ASSERT_TRUE(history) << history.error().message;
-  conversation::ManagerOptions options;
-  options.instance_id = fmt::format("snapshot-{}", ::getpid());
-  options.spec = ScopedSandbox::default_spec();
-  conversation::ConversationManager manager(*provider_, **history, clock, options);
+  auto manager = open_conversations();
+  ASSERT_TRUE(manager);
   const auto id =
-      (*history)->create_conversation("", "local", std::nullopt, {"quarry-never-served"})->id;
-  auto turn = manager.begin_turn(id);
+      history_->create_conversation("", "local", std::nullopt, {"quarry-never-served"})->id;
+  auto turn = manager->begin_turn(id);
   ASSERT_TRUE(turn) << turn.error().message;
   UniqueFd cancel(::eventfd(0, EFD_CLOEXEC));
   (*turn)->set_cancel_fd(cancel.get());
@@ -565,7 +568,7 @@ TEST_F(Snapshot, ATurnCancelledWhileItsSandboxInstallsPackagesLeavesNoSandbox) {
   ASSERT_TRUE(found) << found.error().message;
   EXPECT_TRUE(found->empty()) << "the half-made sandbox is left";
   (*turn)->finish(conversation::TurnStatus::kCancelled);
-  ASSERT_TRUE(manager.shutdown());
+  ASSERT_TRUE(manager->shutdown());
 }
 
 TEST_F(Snapshot, UnusedOnesAreCollectedAfterTheirSetting) {
