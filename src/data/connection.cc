@@ -112,7 +112,7 @@ Error error_from_result(const PGresult* result) {
 }
 
 Result<Connection> Connection::open(const std::string& conninfo,
-                                    std::chrono::seconds connect_timeout) {
+                                    std::chrono::seconds connect_timeout, int cancel_fd) {
   const std::string timeout = std::to_string(connect_timeout.count());
   // expand_dbname: `conninfo` may be a URL or key=value string; keywords after it add to it
   // and win over it, those before it give way to what it sets. Text must reach Arrow as UTF-8
@@ -128,9 +128,36 @@ Result<Connection> Connection::open(const std::string& conninfo,
                                                 "client_encoding",     nullptr};
   const std::array<const char*, 10> values = {
       "1", "30", "10", "3", "60000", conninfo.c_str(), "quarry", timeout.c_str(), "UTF8", nullptr};
-  Connection connection(PQconnectdbParams(keywords.data(), values.data(), 1));
+  Connection connection(cancel_fd < 0 ? PQconnectdbParams(keywords.data(), values.data(), 1)
+                                      : PQconnectStartParams(keywords.data(), values.data(), 1));
   if (!connection.connection_) {
     return make_error(ErrorCode::kResourceExhausted, "libpq could not allocate a connection");
+  }
+  if (cancel_fd >= 0 && PQstatus(connection.get()) != CONNECTION_BAD) {
+    // libpq's own connect_timeout holds only for PQconnectdb: the deadline is kept here.
+    const auto deadline = Clock::now() + connect_timeout;
+    PostgresPollingStatusType polling = PGRES_POLLING_WRITING;
+    while (polling != PGRES_POLLING_OK && polling != PGRES_POLLING_FAILED) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        return make_error(ErrorCode::kUnavailable,
+                          "connecting to PostgreSQL failed: no answer within {} s",
+                          connect_timeout.count());
+      }
+      // The socket may change from one host or address to the next.
+      std::array<pollfd, 2> watch = {
+          pollfd{.fd = PQsocket(connection.get()),
+                 .events = static_cast<short>(polling == PGRES_POLLING_READING ? POLLIN : POLLOUT),
+                 .revents = 0},
+          pollfd{.fd = cancel_fd, .events = POLLIN, .revents = 0}};
+      const int ready = ::poll(watch.data(), watch.size(), static_cast<int>(left.count()));
+      if (ready < 0 && errno != EINTR) return errno_error("poll");
+      if (watch[1].revents != 0) {
+        return make_error(ErrorCode::kCancelled,
+                          "cancelled: stopped while connecting to PostgreSQL");
+      }
+      if (ready > 0) polling = PQconnectPoll(connection.get());
+    }
   }
   if (PQstatus(connection.get()) != CONNECTION_OK) {
     return std::unexpected(connection.connection_error("connecting to PostgreSQL"));

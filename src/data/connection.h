@@ -42,9 +42,12 @@ Error error_from_result(const PGresult* result);
 class Connection {
  public:
   // `conninfo` is a URL (postgresql://...) or a key=value string. Never put it in a message:
-  // it may hold a password.
+  // it may hold a password. With a `cancel_fd` (readable once the caller stops: a turn's Stop),
+  // the connect is waited for here, and stops with kCancelled; connect_timeout is then for the
+  // whole connect, not for each of several hosts.
   static Result<Connection> open(const std::string& conninfo,
-                                 std::chrono::seconds connect_timeout = std::chrono::seconds(10));
+                                 std::chrono::seconds connect_timeout = std::chrono::seconds(10),
+                                 int cancel_fd = -1);
 
   // Runs one statement with the extended protocol, which refuses a second statement after ';'.
   // Parameters are text; nullopt is NULL.

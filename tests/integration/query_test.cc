@@ -2,10 +2,12 @@
 #include "data/query.h"
 
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 
 #include "data/connection.h"
 #include "postgres_environment.h"
+#include "silent_server.h"
 
 namespace quarry::data {
 namespace {
@@ -150,6 +152,28 @@ TEST(QueryDatabase, StopsARunningQueryWhenCancelled) {
   EXPECT_EQ(slow.error().code, ErrorCode::kCancelled) << slow.error().message;
   EXPECT_EQ(slow.error().message, "query_database: cancelled: the query was stopped");
   EXPECT_EQ(quarry::testing::running_statements("quarry_stopped_query"), 0);
+}
+
+// So while the server has not answered the connect yet (overloaded, or a firewall that drops
+// what follows the handshake): the Stop waited out the connect timeout (10 s).
+TEST(QueryDatabase, StopsAConnectTheServerDoesNotAnswer) {
+  quarry::testing::SilentServer silent;
+  const auto port = silent.url("").substr(silent.url("").rfind(':') + 1);
+  quarry::testing::StopAfter stop(std::chrono::milliseconds(300));
+  QueryOptions opts = options();
+  opts.cancel_fd = stop.fd();
+  auto stuck =
+      query_database(fmt::format("host=127.0.0.1 port={} dbname=none", port), "SELECT 1", opts);
+  ASSERT_FALSE(stuck) << to_text(*stuck);
+  EXPECT_EQ(stuck.error().code, ErrorCode::kCancelled) << stuck.error().message;
+  EXPECT_EQ(stuck.error().message, "cancelled: stopped while connecting to PostgreSQL");
+  // Never stopped, it still ends at the connect timeout.
+  UniqueFd never(::eventfd(0, EFD_CLOEXEC));
+  auto late = Connection::open(fmt::format("host=127.0.0.1 port={} dbname=none", port),
+                               std::chrono::seconds(1), never.get());
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(late.error().message, "connecting to PostgreSQL failed: no answer within 1 s");
 }
 
 // Keepalives notice a network that died under a running query; a database.url that sets its
