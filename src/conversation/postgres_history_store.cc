@@ -517,7 +517,7 @@ class AdvisoryTurnLock final : public TurnLock {
       if (waited == data::Wait::kFailed) {
         spdlog::error("cannot watch a turn lock: poll: {}", std::strerror(errno));
       }
-      if (waited != data::Wait::kReadable) return false;
+      if (waited != data::Wait::kReady) return false;
       // Anything else the server says while the session lives (a NOTICE, a changed setting) is
       // read and dropped.
       if (PQconsumeInput(pg) == 0 || PQstatus(pg) != CONNECTION_OK) {
@@ -1128,7 +1128,7 @@ class StreamEventChannel final : public Subscription {
   bool hear(data::Connection& connection) {
     PGconn* pg = connection.get();
     for (;;) {
-      if (data::wait_readable(PQsocket(pg), stop_, std::nullopt) != data::Wait::kReadable) {
+      if (data::wait_readable(PQsocket(pg), stop_, std::nullopt) != data::Wait::kReady) {
         return false;
       }
       if (PQconsumeInput(pg) == 0) {

@@ -13,8 +13,9 @@ namespace quarry::data {
 
 using Clock = std::chrono::steady_clock;
 
-Wait wait_readable(int socket, int cancel_fd, std::optional<Clock::time_point> deadline) {
-  std::array<pollfd, 2> watch = {pollfd{.fd = socket, .events = POLLIN, .revents = 0},
+Wait wait_socket(int socket, short events, int cancel_fd,
+                 std::optional<Clock::time_point> deadline) {
+  std::array<pollfd, 2> watch = {pollfd{.fd = socket, .events = events, .revents = 0},
                                  pollfd{.fd = cancel_fd, .events = POLLIN, .revents = 0}};
   for (;;) {
     int timeout_ms = -1;
@@ -27,8 +28,12 @@ Wait wait_readable(int socket, int cancel_fd, std::optional<Clock::time_point> d
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) return Wait::kFailed;
     if (watch[1].revents != 0) return Wait::kCancelled;
-    if (ready > 0) return Wait::kReadable;
+    if (ready > 0) return Wait::kReady;
   }
+}
+
+Wait wait_readable(int socket, int cancel_fd, std::optional<Clock::time_point> deadline) {
+  return wait_socket(socket, POLLIN, cancel_fd, deadline);
 }
 
 namespace {
@@ -43,7 +48,7 @@ void discard_results(PGconn* connection, Clock::time_point deadline) {
   const int socket = PQsocket(connection);
   // Waits for more from the server; false if it will not come.
   const auto more = [&] {
-    return socket >= 0 && wait_readable(socket, -1, deadline) == Wait::kReadable &&
+    return socket >= 0 && wait_readable(socket, -1, deadline) == Wait::kReady &&
            PQconsumeInput(connection);
   };
   for (;;) {
@@ -138,26 +143,25 @@ Result<Connection> Connection::open(const std::string& conninfo,
     const auto deadline = Clock::now() + connect_timeout;
     PostgresPollingStatusType polling = PGRES_POLLING_WRITING;
     while (polling != PGRES_POLLING_OK && polling != PGRES_POLLING_FAILED) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
-        return make_error(ErrorCode::kUnavailable,
-                          "connecting to PostgreSQL failed: no answer within {} s",
-                          connect_timeout.count());
-      }
       // The socket may change from one host or address to the next.
-      std::array<pollfd, 2> watch = {
-          pollfd{.fd = PQsocket(connection.get()),
-                 .events = static_cast<short>(polling == PGRES_POLLING_READING ? POLLIN : POLLOUT),
-                 .revents = 0},
-          pollfd{.fd = cancel_fd, .events = POLLIN, .revents = 0}};
-      const int ready = ::poll(watch.data(), watch.size(), static_cast<int>(left.count()));
-      if (ready < 0 && errno != EINTR) return errno_error("poll");
-      if (watch[1].revents != 0) {
-        return make_error(ErrorCode::kCancelled,
-                          "cancelled: stopped while connecting to PostgreSQL");
+      switch (wait_socket(PQsocket(connection.get()),
+                          polling == PGRES_POLLING_READING ? POLLIN : POLLOUT, cancel_fd,
+                          deadline)) {
+        case Wait::kFailed:
+          return errno_error("poll(PostgreSQL's socket)");
+        case Wait::kCancelled:
+          return make_error(ErrorCode::kCancelled,
+                            "cancelled: stopped while connecting to PostgreSQL");
+        case Wait::kTimedOut:
+          return make_error(ErrorCode::kUnavailable,
+                            "connecting to PostgreSQL failed: no answer within {} s",
+                            connect_timeout.count());
+        case Wait::kReady:
+          polling = PQconnectPoll(connection.get());
+          break;
       }
-      if (ready > 0) polling = PQconnectPoll(connection.get());
     }
+    connection.set_cancel_fd(cancel_fd);
   }
   if (PQstatus(connection.get()) != CONNECTION_OK) {
     return std::unexpected(connection.connection_error("connecting to PostgreSQL"));
@@ -316,7 +320,7 @@ Result<void> Connection::wait_for_server() {
       return errno_error("poll(PostgreSQL's socket)");
     case Wait::kCancelled:
       return std::unexpected(stop_statement());
-    case Wait::kReadable:
+    case Wait::kReady:
     case Wait::kTimedOut:  // no deadline: never
       break;
   }

@@ -44,7 +44,8 @@ class Connection {
   // `conninfo` is a URL (postgresql://...) or a key=value string. Never put it in a message:
   // it may hold a password. With a `cancel_fd` (readable once the caller stops: a turn's Stop),
   // the connect is waited for here, and stops with kCancelled; connect_timeout is then for the
-  // whole connect, not for each of several hosts.
+  // whole connect, not for each of several hosts. The connection's statements then stop with it
+  // too (set_cancel_fd).
   static Result<Connection> open(const std::string& conninfo,
                                  std::chrono::seconds connect_timeout = std::chrono::seconds(10),
                                  int cancel_fd = -1);
@@ -114,11 +115,14 @@ class Connection {
   int cancel_fd_ = -1;
 };
 
-enum class Wait { kReadable, kCancelled, kTimedOut, kFailed };
+enum class Wait { kReady, kCancelled, kTimedOut, kFailed };
 
-// Waits until `socket` is readable, `cancel_fd` is (when not negative: poll() skips an entry
-// whose fd is negative; it wins when both are), or `deadline` passes (when given). kFailed
-// leaves poll()'s errno.
+// Waits until `socket` is ready for `events` (POLLIN, POLLOUT), `cancel_fd` is readable (when
+// not negative: poll() skips an entry whose fd is negative; it wins when both are), or
+// `deadline` passes (when given). kFailed leaves poll()'s errno.
+Wait wait_socket(int socket, short events, int cancel_fd,
+                 std::optional<std::chrono::steady_clock::time_point> deadline);
+// wait_socket for POLLIN.
 Wait wait_readable(int socket, int cancel_fd,
                    std::optional<std::chrono::steady_clock::time_point> deadline);
 

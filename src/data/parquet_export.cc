@@ -276,7 +276,6 @@ Result<ExportSummary> export_parquet(const std::string& conninfo, std::string_vi
   const auto start = Clock::now();
   ASSIGN_OR_RETURN(auto connection,
                    Connection::open(conninfo, std::chrono::seconds(10), options.cancel_fd));
-  connection.set_cancel_fd(options.cancel_fd);
   // REPEATABLE READ: a second run of the query sees the same rows.
   RETURN_IF_ERROR(begin_read_only(connection, options.statement_timeout));
   ASSIGN_OR_RETURN(auto columns, describe_query(connection, sql, kTool));

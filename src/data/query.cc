@@ -20,7 +20,6 @@ Result<QueryResult> query_database(const std::string& conninfo, std::string_view
   const auto start = Clock::now();
   ASSIGN_OR_RETURN(auto connection,
                    Connection::open(conninfo, std::chrono::seconds(10), options.cancel_fd));
-  connection.set_cancel_fd(options.cancel_fd);
   RETURN_IF_ERROR(begin_read_only(connection, options.statement_timeout));
   QueryResult result;
   result.max_rows = options.max_rows;
