@@ -38,6 +38,16 @@ Result<YAML::Node> YamlReader::load(std::string_view text) const {
   }
 }
 
+std::string YamlReader::where(const YAML::Node& node, std::string_view path) const {
+  int line = node.Mark().line;
+  if (node.IsNull()) {
+    if (auto key = key_lines_.find(path); key != key_lines_.end()) line = key->second;
+  }
+  std::string text(source_);
+  if (line >= 0) text += fmt::format(":{}", line + 1);
+  return text;
+}
+
 Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path,
                                    std::initializer_list<std::string_view> known) const {
   if (node.IsNull()) return {};
@@ -54,10 +64,12 @@ Result<void> YamlReader::check_map(const YAML::Node& node, std::string_view path
                   "has a key that is not a name (known keys here: {})", fmt::join(known, ", "));
     }
     const std::string& key = entry.first.Scalar();
+    const std::string key_path = path.empty() ? key : fmt::format("{}.{}", path, key);
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      return fail(entry.first, path.empty() ? key : fmt::format("{}.{}", path, key),
-                  "unknown key (known keys here: {})", fmt::join(known, ", "));
+      return fail(entry.first, key_path, "unknown key (known keys here: {})",
+                  fmt::join(known, ", "));
     }
+    key_lines_.try_emplace(key_path, entry.first.Mark().line);
   }
   // node[key] finds the first of two equal keys: the second would be neither read nor checked.
   return check_names(node, path);

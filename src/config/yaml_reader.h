@@ -9,6 +9,7 @@
 #include <charconv>
 #include <concepts>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,12 +30,13 @@ class YamlReader {
   template <typename... Args>
   std::unexpected<Error> fail(const YAML::Node& node, std::string_view path,
                               fmt::format_string<Args...> format, Args&&... args) const {
-    return make_error(ErrorCode::kInvalidArgument, "{}: {}: {}", where(node), path,
+    return make_error(ErrorCode::kInvalidArgument, "{}: {}: {}", where(node, path), path,
                       fmt::format(format, std::forward<Args>(args)...));
   }
 
   // Fails on a node that is not a mapping, or on a key not in `known`. A null node (an
-  // empty section) is an empty mapping.
+  // empty section) is an empty mapping. Keeps the line of each key, for errors about an empty
+  // value, which yaml-cpp marks where the next token is (often a later line).
   Result<void> check_map(const YAML::Node& node, std::string_view path,
                          std::initializer_list<std::string_view> known) const;
   // A mapping whose keys are names of the user's (labels, accounts): each a single value, and
@@ -70,14 +72,12 @@ class YamlReader {
   }
 
  private:
-  // "config.yml:12", the node's file and line.
-  std::string where(const YAML::Node& node) const {
-    std::string text(source_);
-    if (node.Mark().line >= 0) text += fmt::format(":{}", node.Mark().line + 1);
-    return text;
-  }
+  // "config.yml:12", the node's file and line; an empty value's is its key's.
+  std::string where(const YAML::Node& node, std::string_view path = {}) const;
 
   std::string source_;
+  // The line of each key check_map saw, by its dotted path.
+  mutable std::map<std::string, int, std::less<>> key_lines_;
 };
 
 }  // namespace quarry

@@ -295,6 +295,11 @@ TEST(Config, RejectsBadInputNamingTheKey) {
       {"url a list", "database:\n  url: [a, b]\n", "database.url: must be a single value"},
       {"empty value", "sandbox:\n  exec_timeout:\n",
        "sandbox.exec_timeout: is empty: give it a value, or remove it"},
+      // Named on its key's line, where yaml-cpp marks an empty value on the next token's.
+      {"empty value before another key", "sandbox:\n  exec_timeout:\n  idle_timeout: 5m\n",
+       "config.yml:2: sandbox.exec_timeout: is empty: give it a value, or remove it"},
+      {"empty value before another section", "sandbox:\n  exec_timeout:\n\n\nmodel: {}\n",
+       "config.yml:2: sandbox.exec_timeout: is empty: give it a value, or remove it"},
       {"null value", "sandbox:\n  exec_timeout: ~\n",
        "config.yml:2: sandbox.exec_timeout: is empty: give it a value, or remove it"},
       {"empty list entry", "sandbox:\n  packages: [polars, ~]\n",
