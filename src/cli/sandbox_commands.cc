@@ -210,10 +210,6 @@ int copy(sandbox::SandboxProvider& provider, const std::string& from, const std:
                         "one side of cp must be a sandbox path, written ID:/path/in/sandbox"});
   }
   if (target) {
-    // Into a directory named with a trailing '/', as cp does.
-    if (target->second.ends_with('/')) {
-      target->second += std::filesystem::path(from).filename().string();
-    }
     std::error_code error;
     if (std::filesystem::is_directory(from, error)) {
       return report(Error{ErrorCode::kInvalidArgument,
@@ -223,6 +219,16 @@ int copy(sandbox::SandboxProvider& provider, const std::string& from, const std:
     if (!in) {
       return report(Error{ErrorCode::kNotFound,
                           fmt::format("cannot read '{}': {}", from, std::strerror(errno))});
+    }
+    // Into a directory (named with a trailing '/', or one that is there) under the file's own
+    // name, as cp does.
+    if (!target->second.ends_with('/')) {
+      auto directory = provider.is_directory(target->first, target->second);
+      if (!directory) return report(directory.error());
+      if (*directory) target->second += '/';
+    }
+    if (target->second.ends_with('/')) {
+      target->second += std::filesystem::path(from).filename().string();
     }
     if (auto written = provider.write_file(target->first, target->second, in); !written) {
       return report(written.error());

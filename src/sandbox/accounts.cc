@@ -99,6 +99,11 @@ Result<std::vector<FileInfo>> ProviderAccounts::list_files(std::string_view id,
   return provider->list_files(id, directory);
 }
 
+Result<bool> ProviderAccounts::is_directory(std::string_view id, std::string_view path) {
+  ASSIGN_OR_RETURN(auto* provider, owner(id));
+  return provider->is_directory(id, path);
+}
+
 Result<void> ProviderAccounts::destroy(std::string_view id) {
   ASSIGN_OR_RETURN(auto* provider, owner(id));
   RETURN_IF_ERROR(provider->destroy(id));

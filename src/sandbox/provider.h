@@ -210,6 +210,8 @@ class SandboxProvider {
   // kResourceExhausted and says which bound was met.
   virtual Result<std::vector<FileInfo>> list_files(std::string_view id,
                                                    std::string_view directory) = 0;
+  // Whether `path` is a directory (false where nothing is, or something else, a link included).
+  virtual Result<bool> is_directory(std::string_view id, std::string_view path) = 0;
 
   // Stops the sandbox and removes everything it used. Destroying an unknown id is kNotFound.
   virtual Result<void> destroy(std::string_view id) = 0;

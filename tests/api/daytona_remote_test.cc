@@ -123,12 +123,13 @@ TEST_F(DaytonaRemoteTest, TheSandboxCommandsManageTheRemoteSandboxes) {
 
   const auto local_file = remote.config().parent_path() / "in.txt";
   std::ofstream(local_file) << "through the account\n";
-  ASSERT_EQ(
-      remote.quarry({"sandbox", "cp", local_file.string(), id + ":/home/sandbox/in.txt"}, &output),
-      0)
+  // Into a directory named without the trailing '/', under the file's own name, as cp does.
+  ASSERT_EQ(remote.quarry({"sandbox", "cp", local_file.string(), id + ":/home/sandbox"}, &output),
+            0)
       << output;
   ASSERT_EQ(remote.quarry({"sandbox", "exec", id, "--", "sh", "-c",
-                           "tr a-z A-Z < /home/sandbox/in.txt > /home/sandbox/out.txt"},
+                           "test -d /home/sandbox && tr a-z A-Z < /home/sandbox/in.txt > "
+                           "/home/sandbox/out.txt"},
                           &output),
             0)
       << output;

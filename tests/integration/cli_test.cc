@@ -199,6 +199,14 @@ TEST(Cli, CpCopiesBothWays) {
   auto into_dir = quarry(
       {"sandbox", "cp", (dir / "in.csv").string(), sandbox.id() + ":/home/sandbox/outputs/"});
   ASSERT_EQ(into_dir.exit_code, 0) << into_dir.err;
+  // So does a directory named without the trailing '/'.
+  auto into_named_dir =
+      quarry({"sandbox", "cp", (dir / "in.csv").string(), sandbox.id() + ":/home/sandbox/data"});
+  ASSERT_EQ(into_named_dir.exit_code, 0) << into_named_dir.err;
+  auto listed = quarry(
+      {"sandbox", "exec", sandbox.id(), "--", "sh", "-c", "test -d data && cat data/in.csv"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_EQ(listed.out, "a,b\n1,2\n");
   std::filesystem::create_directory(dir / "copies");
   auto out_to_dir = quarry(
       {"sandbox", "cp", sandbox.id() + ":/home/sandbox/outputs/in.csv", (dir / "copies").string()});

@@ -61,6 +61,7 @@ class CountingProvider final : public sandbox::SandboxProvider {
   Result<std::vector<sandbox::FileInfo>> list_files(std::string_view, std::string_view) override {
     return std::vector<sandbox::FileInfo>{};
   }
+  Result<bool> is_directory(std::string_view, std::string_view) override { return false; }
   Result<void> destroy(std::string_view id) override {
     std::lock_guard lock(mutex_);
     if (failing_destroys_ > 0) {

@@ -434,6 +434,16 @@ Result<std::vector<FileInfo>> DaytonaProvider::list_files(std::string_view id,
   return files;
 }
 
+Result<bool> DaytonaProvider::is_directory(std::string_view id, std::string_view path) {
+  ASSIGN_OR_RETURN(auto url, toolbox(id));
+  // The toolbox lists only a directory: 400 for anything else, 404 where nothing is.
+  auto listed = client_.list_files(url, id, path);
+  if (listed) return true;
+  const ErrorCode code = listed.error().code;
+  if (code == ErrorCode::kInvalidArgument || code == ErrorCode::kNotFound) return false;
+  return std::unexpected(std::move(listed.error()));
+}
+
 Result<void> DaytonaProvider::destroy(std::string_view id) {
   Poll poll(config_.daytona.delete_timeout);
   // 409: a state change is in progress (it is still starting, say); Daytona takes the delete

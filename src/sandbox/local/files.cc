@@ -206,6 +206,15 @@ Result<void> SandboxFiles::write(const std::string& path, std::istream& content,
   return {};
 }
 
+Result<bool> SandboxFiles::is_directory(const std::string& path) const {
+  const std::string inside = relative(path);
+  UniqueFd directory(open_in(root_.get(), inside.empty() ? "." : inside,
+                             O_PATH | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE_IN_ROOT | kSafeResolve));
+  if (directory) return true;
+  if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return false;
+  return resolve_error(path);
+}
+
 Result<uint64_t> SandboxFiles::read(const std::string& path, std::ostream& out,
                                     uint64_t max_bytes) const {
   UniqueFd file(open_in(root_.get(), relative(path), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,

@@ -44,6 +44,8 @@ class SandboxFiles {
   // mkdir -p; new directories belong to owner:group.
   Result<void> make_directories(const std::string& path, uid_t owner, gid_t group) const;
   Result<uint64_t> read(const std::string& path, std::ostream& out, uint64_t max_bytes) const;
+  // Whether `path` is a directory: false where nothing is, or a file, link or special file.
+  Result<bool> is_directory(const std::string& path) const;
   // Regular files and directories below `directory`, sorted by path; symlinks and special
   // files are left out. The sandbox decides what is there, so the walk is bounded (a deep chain
   // of long names, a wide tree, a directory that keeps growing): past a bound it fails with

@@ -886,6 +886,14 @@ Result<std::vector<FileInfo>> LocalProvider::list_files(std::string_view id,
   return files.list(normal);
 }
 
+Result<bool> LocalProvider::is_directory(std::string_view id, std::string_view path) {
+  ASSIGN_OR_RETURN(auto normal,
+                   normalize_sandbox_path(path, fmt::format("/home/{}", kSandboxUserName)));
+  ASSIGN_OR_RETURN(auto sandbox, running(id));
+  ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
+  return files.is_directory(normal);
+}
+
 Result<void> LocalProvider::destroy(std::string_view id) {
   if (!valid_sandbox_id(id) || !std::filesystem::exists(state_.sandbox_dir(id))) {
     return make_error(ErrorCode::kNotFound, "no sandbox '{}' (see quarry sandbox ls)", id);

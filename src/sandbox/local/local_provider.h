@@ -46,6 +46,7 @@ class LocalProvider final : public SandboxProvider {
                           std::istream& content) override;
   Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,
                              uint64_t max_bytes) override;
+  Result<bool> is_directory(std::string_view id, std::string_view path) override;
   Result<std::vector<FileInfo>> list_files(std::string_view id,
                                            std::string_view directory) override;
   Result<void> destroy(std::string_view id) override;
