@@ -4,7 +4,11 @@
 // a create, a sandbox stuck in `creating`. The provider retries or reports clearly, and no
 // sandbox is left behind: the server, asked directly, has none of the test's.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
+
+#include <sstream>
 
 #include "api_environment.h"
 #include "child_process.h"
@@ -170,7 +174,18 @@ TEST_F(DaytonaFaults, ACreateCancelledWhileTheSandboxStartsDeletesIt) {
   UniqueFd cancel(::eventfd(1, EFD_CLOEXEC));  // readable from the start
   sandbox::SandboxSpec spec;
   spec.cancel_fd = cancel.get();
+  // What the log says, at every level: a cancel is what was asked for, not a warning.
+  std::ostringstream log;
+  auto logged = std::make_shared<spdlog::logger>(
+      "test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log));
+  logged->set_level(spdlog::level::trace);
+  logged->set_pattern("%l %v");
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(logged);
   auto created = provider_->create(spec);
+  spdlog::set_default_logger(previous);
+  EXPECT_NE(log.str().find("info daytona: deleting sandbox "), std::string::npos) << log.str();
+  EXPECT_EQ(log.str().find("warning"), std::string::npos) << log.str();
   ASSERT_FALSE(created) << "created " << created->id;
   EXPECT_EQ(created.error().code, ErrorCode::kCancelled) << created.error().message;
   EXPECT_NE(created.error().message.find("cancelled while sandbox"), std::string::npos)

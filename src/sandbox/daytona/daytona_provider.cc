@@ -192,8 +192,10 @@ Result<Url> DaytonaProvider::toolbox(std::string_view id) {
   return url;
 }
 
-void DaytonaProvider::discard(std::string_view id, std::string_view why) {
-  spdlog::warn("daytona: deleting sandbox {}: {}", id, why);
+void DaytonaProvider::discard(std::string_view id, const Error& why) {
+  // A cancelled create is what its caller asked for, not something to warn of.
+  spdlog::log(why.code == ErrorCode::kCancelled ? spdlog::level::info : spdlog::level::warn,
+              "daytona: deleting sandbox {}: {}", id, why.message);
   if (auto deleted = destroy(id); !deleted && deleted.error().code != ErrorCode::kNotFound) {
     spdlog::error(
         "daytona: sandbox {} could not be deleted ({}); a later start finds it by its "
@@ -288,7 +290,7 @@ Result<SandboxInfo> DaytonaProvider::create(const SandboxSpec& spec) {
   auto started = created->value("state", "") == "started" ? Result<nlohmann::json>(*created)
                                                           : wait_started(id, spec.cancel_fd);
   if (!started) {
-    discard(id, started.error().message);
+    discard(id, started.error());
     return std::unexpected(started.error());
   }
   if (auto url = parse_url(started->value("toolboxProxyUrl", "")); url) {

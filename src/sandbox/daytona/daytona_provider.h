@@ -51,8 +51,9 @@ class DaytonaProvider final : public SandboxProvider {
   DaytonaProvider(SandboxConfig config, DaytonaClient client);
   // The toolbox URL of sandbox `id` (from its Sandbox object; kept once known).
   Result<Url> toolbox(std::string_view id);
-  // Deletes a sandbox that create is giving up on; says so in the log if that fails too.
-  void discard(std::string_view id, std::string_view why);
+  // Deletes a sandbox that create is giving up on (a warning, or information if the create was
+  // cancelled); says so in the log if that fails too.
+  void discard(std::string_view id, const Error& why);
   // Polls the sandbox until it is `started`; fails on error / build_failed or the deadline, and
   // with kCancelled once `cancel_fd` (-1: none) is readable.
   Result<nlohmann::json> wait_started(std::string_view id, int cancel_fd);
