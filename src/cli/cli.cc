@@ -45,6 +45,14 @@ std::string_view named_command(const CLI::App& app, int argc, char** argv) {
   return {};
 }
 
+// Prints `error` as CLI11 does (help and --version are such "errors" too, with exit 0) and
+// returns 2 for a command line that was wrong, as most command-line tools do, where CLI11 would
+// give 105 to 109.
+int usage_error(const CLI::App& app, const CLI::Error& error) {
+  constexpr int kUsage = 2;
+  return app.exit(error) == 0 ? 0 : kUsage;
+}
+
 }  // namespace
 
 int run(int argc, char** argv, DataCommands& data) {
@@ -83,8 +91,8 @@ int run(int argc, char** argv, DataCommands& data) {
   const std::string_view name = named_command(app, argc, argv);
   const Command* named = std::ranges::find(kCommands, name, &Command::name);
   if (!name.empty() && named == std::end(kCommands)) {
-    return app.exit(CLI::ExtrasError("unknown command '" + std::string(name) + "'",
-                                     CLI::ExitCodes::ExtrasError));
+    return usage_error(app, CLI::ExtrasError("unknown command '" + std::string(name) + "'",
+                                             CLI::ExitCodes::ExtrasError));
   }
   std::unique_ptr<CommandGroup> chosen;
   for (const Command& command : kCommands) {
@@ -112,7 +120,7 @@ int run(int argc, char** argv, DataCommands& data) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    return usage_error(app, error);
   }
   return exit_code;
 }

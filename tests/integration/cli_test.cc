@@ -429,7 +429,7 @@ TEST(Cli, HelpListsEveryCommandAndEachCommandItsOptions) {
   auto tokens = quarry({"token", "--help"});
   EXPECT_NE(tokens.out.find("\n  create"), std::string::npos) << tokens.out;
   auto misspelt = quarry({"sandbx", "ls"});
-  EXPECT_EQ(misspelt.exit_code, 109);
+  EXPECT_EQ(misspelt.exit_code, 2);
   EXPECT_EQ(misspelt.err, "unknown command 'sandbx'\nRun with --help for more information.\n");
 }
 
