@@ -150,16 +150,14 @@ Scheduler::LeaseMap::iterator Scheduler::find(std::string_view sandbox_id) {
                       [&](const auto& entry) { return entry.second.sandbox_id == sandbox_id; });
 }
 
-Result<std::string> Scheduler::start(size_t account, const sandbox::Labels& labels,
-                                     const std::optional<NetworkPolicy>& network,
-                                     const std::vector<std::string>& packages, int cancel_fd) {
+sandbox::SandboxSpec Scheduler::spec_for(const Request& request) const {
   sandbox::SandboxSpec spec = options_.spec;
-  spec.cancel_fd = cancel_fd;
-  if (network) spec.network = *network;
-  for (const auto& [key, value] : labels)
+  spec.cancel_fd = request.cancel_fd;
+  if (request.network) spec.network = *request.network;
+  for (const auto& [key, value] : request.labels)
     spec.labels[key] = value;
-  spec.packages.insert(spec.packages.end(), packages.begin(), packages.end());
-  return create_prepared(account, spec);
+  spec.packages.insert(spec.packages.end(), request.packages.begin(), request.packages.end());
+  return spec;
 }
 
 Result<std::string> Scheduler::create_prepared(size_t account, const sandbox::SandboxSpec& spec) {
@@ -278,8 +276,7 @@ Result<Grant> Scheduler::acquire(const Request& request) {
     if (fits) ++dead_warm_;
     leases_.at(key).sandbox_id.clear();
   }
-  RETURN_IF_ERROR(
-      fill(lock, key, request.labels, request.network, request.packages, request.cancel_fd));
+  RETURN_IF_ERROR(fill(lock, key, spec_for(request)));
   return handed_out(key, false);
 }
 
@@ -499,12 +496,10 @@ Error Scheduler::timed_out(const std::string& user) const {
                   format_duration(options_.queue_timeout), retry_after().count())};
 }
 
-Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
-                             const std::optional<NetworkPolicy>& network,
-                             const std::vector<std::string>& packages, int cancel_fd) {
+Result<void> Scheduler::fill(Lock& lock, uint64_t key, const sandbox::SandboxSpec& spec) {
   const size_t account = leases_.at(key).account;
   lock.unlock();
-  auto started = start(account, labels, network, packages, cancel_fd);
+  auto started = create_prepared(account, spec);
   lock.lock();
   if (!started) {
     const bool placed = leases_.at(key).placed;
@@ -710,7 +705,9 @@ void Scheduler::pool_loop() {
         look_elsewhere(lock, std::chrono::milliseconds(0));
         continue;
       }
-      if (auto filled = fill(lock, key, {{std::string(kOriginLabel), "pool"}}); filled) {
+      Request warm;
+      warm.labels = {{std::string(kOriginLabel), "pool"}};
+      if (auto filled = fill(lock, key, spec_for(warm)); filled) {
         leases_.at(key).use = Use::kWarm;
       } else {
         backoff_until = SteadyClock::now() + kPoolBackoff;

@@ -234,17 +234,12 @@ class Scheduler {
   bool ask_elsewhere_for(Lock& lock, const std::vector<const Waiter*>& ordered, uint64_t me);
   // The error of a wait past queue_timeout: the user's own limit, or the system's.
   Error timed_out(const std::string& user) const;
-  // Starts the sandbox of the starting lease `key` (unlocked meanwhile); the lease is dropped if
-  // that fails.
-  Result<void> fill(Lock& lock, uint64_t key, const sandbox::Labels& labels,
-                    const std::optional<NetworkPolicy>& network = std::nullopt,
-                    const std::vector<std::string>& packages = {}, int cancel_fd = -1);
-  // Creates and prepares a sandbox in `account` (without the lock), with the spec's network
-  // unless `network` narrows it, and the spec's packages and `packages`; stopped once
-  // `cancel_fd` is readable (SandboxSpec::cancel_fd).
-  Result<std::string> start(size_t account, const sandbox::Labels& labels,
-                            const std::optional<NetworkPolicy>& network,
-                            const std::vector<std::string>& packages, int cancel_fd);
+  // The sandbox a request starts: the options' spec with the request's labels added, its
+  // network where it narrows the spec's, its packages after the spec's, and its cancel fd.
+  sandbox::SandboxSpec spec_for(const Request& request) const;
+  // Creates and prepares the sandbox of the starting lease `key` (unlocked meanwhile); the lease
+  // is dropped if that fails.
+  Result<void> fill(Lock& lock, uint64_t key, const sandbox::SandboxSpec& spec);
   // Creates and prepares a sandbox of `spec` in `account` (without the lock); one that could not
   // be prepared is destroyed.
   Result<std::string> create_prepared(size_t account, const sandbox::SandboxSpec& spec);
