@@ -1,6 +1,6 @@
 # Imported targets for the libraries quarry links from the archives (.a) Debian ships with their
-# headers (libssl-dev, libsqlite3-dev, libyaml-cpp-dev, zlib1g-dev: scripts/setup), and one for
-# logging: spdlog and fmt header-only, as Debian ships only their shared libraries.
+# headers (libssl-dev, libsqlite3-dev, libyaml-cpp-dev, zlib1g-dev: scripts/setup), and archives
+# of fmt and spdlog built here, as Debian ships only their shared libraries.
 
 # quarry_archive(NAME ARCHIVE [DEPENDENCIES...]): quarry::NAME is ARCHIVE, linked with what it
 # needs from elsewhere.
@@ -32,9 +32,17 @@ quarry_archive(z libz.a)
 quarry_archive(sqlite3 libsqlite3.a quarry::z m Threads::Threads ${CMAKE_DL_LIBS})
 quarry_archive(yaml-cpp libyaml-cpp.a)
 
-add_library(quarry_logging INTERFACE)
+# fmt and spdlog: Debian ships only their headers and shared libraries. Their compiled parts are
+# built here once, from those headers (src/common/logging/), into archives of quarry's own;
+# header-only, every file compiled them again.
+add_library(quarry_fmt STATIC ${PROJECT_SOURCE_DIR}/src/common/logging/fmt.cc)
+add_library(quarry::fmt ALIAS quarry_fmt)
+target_include_directories(quarry_fmt PUBLIC
+  $<TARGET_PROPERTY:fmt::fmt,INTERFACE_INCLUDE_DIRECTORIES>)
+
+add_library(quarry_logging STATIC ${PROJECT_SOURCE_DIR}/src/common/logging/spdlog.cc)
 add_library(quarry::logging ALIAS quarry_logging)
-target_compile_definitions(quarry_logging INTERFACE SPDLOG_FMT_EXTERNAL)
-target_include_directories(quarry_logging INTERFACE
-  $<TARGET_PROPERTY:spdlog::spdlog_header_only,INTERFACE_INCLUDE_DIRECTORIES>)
-target_link_libraries(quarry_logging INTERFACE fmt::fmt-header-only Threads::Threads)
+target_compile_definitions(quarry_logging PUBLIC SPDLOG_FMT_EXTERNAL SPDLOG_COMPILED_LIB)
+target_include_directories(quarry_logging PUBLIC
+  $<TARGET_PROPERTY:spdlog::spdlog,INTERFACE_INCLUDE_DIRECTORIES>)
+target_link_libraries(quarry_logging PUBLIC quarry::fmt Threads::Threads)
