@@ -112,6 +112,12 @@ ToolResult stopped(const Error& error) {
   return result;
 }
 
+// A file written into the sandbox: stopped by the turn's cancel (kCancelled), failed otherwise.
+ToolResult not_written(const Error& error, std::string_view tool) {
+  Error said = error.with_context(tool);
+  return error.code == ErrorCode::kCancelled ? stopped(said) : failed(said.message);
+}
+
 }  // namespace
 
 Result<void> check_arguments(const ToolSchema& definition, const nlohmann::json& arguments) {
@@ -271,7 +277,7 @@ ToolResult Toolbox::write_file(const nlohmann::json& arguments, conversation::Tu
                     content.size(), kMaxFileContent));
   }
   if (auto written = turn.sandbox().write_file(path, std::string_view(content)); !written) {
-    return failed(fmt::format("write_file: {}", written.error().message));
+    return not_written(written.error(), "write_file");
   }
   ToolResult tool;
   tool.content = fmt::format("Wrote {} bytes to {}.", content.size(), path);
@@ -295,7 +301,7 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
     script = fmt::format(".steps/{}.py", step_name);
     code = arguments["code"].get<std::string>();
     if (auto written = sandbox.write_file(script, std::string_view(code)); !written) {
-      return failed(fmt::format("run_python: {}", written.error().message));
+      return not_written(written.error(), "run_python");
     }
   } else {
     script = arguments["path"];

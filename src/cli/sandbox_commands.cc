@@ -230,8 +230,11 @@ int copy(sandbox::SandboxProvider& provider, const std::string& from, const std:
     if (target->second.ends_with('/')) {
       target->second += std::filesystem::path(from).filename().string();
     }
-    if (auto written = provider.write_file(target->first, target->second, in); !written) {
-      return report(written.error());
+    // Ctrl-C stops it (kCancelled: "quarry: cancelled", exit 130).
+    CancelSignals cancel;
+    if (auto written = provider.write_file(target->first, target->second, in, cancel.fd());
+        !written) {
+      return report_failure(written.error());
     }
     return 0;
   }

@@ -1,6 +1,7 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,12 @@
 #include "common/unique_fd.h"
 
 namespace quarry {
+
+bool signalled(int fd) {
+  if (fd < 0) return false;
+  pollfd poll{fd, POLLIN, 0};
+  return ::poll(&poll, 1, 0) > 0 && (poll.revents & POLLIN) != 0;
+}
 
 Result<std::string> read_file(const std::filesystem::path& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

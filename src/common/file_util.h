@@ -15,6 +15,9 @@ namespace quarry {
 
 Result<std::string> read_file(const std::filesystem::path& path);
 
+// Whether `fd` is readable now, without waiting: a cancel fd that was signalled. False for -1.
+bool signalled(int fd);
+
 // Writes `content` to a temporary file beside `path` and renames it over `path`, so readers see
 // the old or the new content, never a torn one. No fsync: this protects against a crashed
 // process, not a crashed host.

@@ -589,7 +589,7 @@ bool LazySandbox::has_sandbox() const {
 
 Result<void> LazySandbox::write_file(std::string_view path, std::istream& content) {
   RETURN_IF_ERROR(on_sandbox("stopped", [&](const std::string& id) {
-    return manager_.provider_.write_file(id, path, content);
+    return manager_.provider_.write_file(id, path, content, turn_.cancel_fd);
   }));
   auto& files = turn_.reference.files;
   if (std::find(files.begin(), files.end(), path) == files.end()) {

@@ -72,14 +72,14 @@ Result<void> validate_export_filename(std::string_view filename) {
   return {};
 }
 
-Result<Upload> upload_to(sandbox::SandboxProvider& provider, std::string id) {
+Result<Upload> upload_to(sandbox::SandboxProvider& provider, std::string id, int cancel_fd) {
   ASSIGN_OR_RETURN(bool alive, provider.is_alive(id));
   if (!alive) {
     return make_error(ErrorCode::kFailedPrecondition,
                       "export_query: sandbox {} is not running; nothing was exported", id);
   }
-  return Upload([&provider, id](std::string_view path, std::istream& content) {
-    return provider.write_file(id, path, content);
+  return Upload([&provider, id, cancel_fd](std::string_view path, std::istream& content) {
+    return provider.write_file(id, path, content, cancel_fd);
   });
 }
 

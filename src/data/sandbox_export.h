@@ -40,8 +40,9 @@ struct SandboxExport {
 
 Result<SandboxExport> export_to_sandbox(const SandboxExportRequest& request, const Upload& upload);
 
-// The upload into sandbox `id` of `provider`, refusing a stopped sandbox before any query runs.
-Result<Upload> upload_to(sandbox::SandboxProvider& provider, std::string id);
+// The upload into sandbox `id` of `provider`, refusing a stopped sandbox before any query runs;
+// stopped with kCancelled once `cancel_fd` (-1: none) is readable.
+Result<Upload> upload_to(sandbox::SandboxProvider& provider, std::string id, int cancel_fd);
 
 // What the tool returns: {"path", "rows", "truncated", "max_rows", "bytes", "elapsed_ms",
 // "columns": [{"name", "type", "parquet_type"}], "message"}; the message says in words when

@@ -82,9 +82,9 @@ Result<int> ProviderAccounts::stop_commands(std::string_view id) {
 }
 
 Result<void> ProviderAccounts::write_file(std::string_view id, std::string_view path,
-                                          std::istream& content) {
+                                          std::istream& content, int cancel_fd) {
   ASSIGN_OR_RETURN(auto* provider, owner(id));
-  return provider->write_file(id, path, content);
+  return provider->write_file(id, path, content, cancel_fd);
 }
 
 Result<uint64_t> ProviderAccounts::read_file(std::string_view id, std::string_view path,

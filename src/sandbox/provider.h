@@ -199,8 +199,9 @@ class SandboxProvider {
   virtual Result<int> stop_commands(std::string_view id) = 0;
 
   // Writes `content` to `path` (absolute, inside the sandbox), creating parent directories.
-  virtual Result<void> write_file(std::string_view id, std::string_view path,
-                                  std::istream& content) = 0;
+  // Once `cancel_fd` (-1: none) is readable it stops with kCancelled, leaving what was there.
+  virtual Result<void> write_file(std::string_view id, std::string_view path, std::istream& content,
+                                  int cancel_fd) = 0;
   // Copies the regular file at `path` to `out`; refuses symlinks and files over `max_bytes`.
   // Returns the number of bytes copied.
   virtual Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,

@@ -7,8 +7,10 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <sstream>
+#include <thread>
 
 #include "api_environment.h"
 #include "child_process.h"
@@ -192,6 +194,36 @@ TEST_F(DaytonaFaults, ACreateCancelledWhileTheSandboxStartsDeletesIt) {
       << created.error().message;
   faults(nlohmann::json::array());
   EXPECT_EQ(on_server(), 0u) << "the sandbox of the cancelled create was left";
+}
+
+// A cancel (a turn's Stop, Ctrl-C in quarry sandbox cp) stops an upload the toolbox does not
+// answer, where it waited out the attempt's deadline (and any retries).
+TEST_F(DaytonaFaults, ACancelStopsAnUploadThatHangs) {
+  const auto id = create();
+  ASSERT_FALSE(id.empty());
+  // One attempt with a long deadline: only the cancel ends it soon.
+  SandboxConfig config;
+  config.provider = "daytona";
+  config.daytona.api_url = proxy_url_ + "/daytona/api";
+  config.daytona.request_timeout = std::chrono::seconds(60);
+  config.daytona.max_retries = 0;
+  auto patient = DaytonaProvider::open(config, server_->token("alice"));
+  ASSERT_TRUE(patient) << patient.error().message;
+  faults({{{"method", "POST"}, {"path", "/files/bulk-upload"}, {"action", "hang"}, {"times", -1}}});
+  UniqueFd cancel(::eventfd(0, EFD_CLOEXEC));
+  std::thread stop([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const uint64_t one = 1;
+    EXPECT_EQ(::write(cancel.get(), &one, sizeof one), 8);
+  });
+  std::istringstream content(std::string(1 << 20, 'x'));
+  auto written = (*patient)->write_file(id, "/home/sandbox/data/big.bin", content, cancel.get());
+  stop.join();
+  ASSERT_FALSE(written);
+  EXPECT_EQ(written.error().code, ErrorCode::kCancelled) << written.error().message;
+  EXPECT_EQ(hits().size(), 1u) << "the upload was sent once";
+  faults(nlohmann::json::array());
+  ASSERT_TRUE(provider_->destroy(id));
 }
 
 }  // namespace

@@ -116,7 +116,7 @@ TEST_F(DaytonaProviderTest, FilesGoInAndComeOutAsTheyWere) {
   for (int i = 0; i < 300'000; ++i)
     binary += static_cast<char>(i * 7 % 256);
   std::istringstream content(binary);
-  auto written = provider_->write_file(id, "/home/sandbox/data/in/blob.bin", content);
+  auto written = provider_->write_file(id, "/home/sandbox/data/in/blob.bin", content, -1);
   ASSERT_TRUE(written) << written.error().message;
   EXPECT_EQ(run(id, {"sh", "-c", "wc -c < /home/sandbox/data/in/blob.bin"}).stdout_text,
             "300000\n");
@@ -135,7 +135,7 @@ TEST_F(DaytonaProviderTest, FilesGoInAndComeOutAsTheyWere) {
       << too_big.error().message;
   // Over the limit by less than the answer's framing: refused all the same.
   std::istringstream five_thousand(std::string(5000, 'x'));
-  ASSERT_TRUE(provider_->write_file(id, "/home/sandbox/data/in/small.txt", five_thousand));
+  ASSERT_TRUE(provider_->write_file(id, "/home/sandbox/data/in/small.txt", five_thousand, -1));
   auto over = provider_->read_file(id, "/home/sandbox/data/in/small.txt", small, 4999);
   ASSERT_FALSE(over);
   EXPECT_EQ(over.error().code, ErrorCode::kResourceExhausted) << over.error().message;

@@ -143,7 +143,7 @@ TEST(Multiserver, ATurnStartedThroughOneServerStreamsThroughAnother) {
       through_b.get("/api/v1/conversations/" + id).json["sandbox"]["sandbox_id"];
   std::istringstream gate("open");
   ASSERT_TRUE(
-      SandboxEnvironment::get().provider().write_file(sandbox_id, "/home/sandbox/gate", gate));
+      SandboxEnvironment::get().provider().write_file(sandbox_id, "/home/sandbox/gate", gate, -1));
 
   auto from_a = started.finish();
   ASSERT_EQ(from_a.events.back().type, "done");

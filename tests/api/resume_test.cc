@@ -64,7 +64,7 @@ TEST(Resume, ADroppedStreamResumesWithNothingLostOrRepeated) {
   // Only now does the turn go on: what the resumed stream gets next was made after it began.
   std::istringstream gate("open");
   ASSERT_TRUE(
-      SandboxEnvironment::get().provider().write_file(sandbox_id, "/home/sandbox/gate", gate));
+      SandboxEnvironment::get().provider().write_file(sandbox_id, "/home/sandbox/gate", gate, -1));
   // ...and it comes as it is made: the turn still runs when the first of it arrives.
   ASSERT_TRUE(resumed.wait_for_type("output"));
   EXPECT_EQ(api.get("/api/v1/conversations/" + id).json["turns"][0]["status"], "running");

@@ -243,7 +243,7 @@ TEST(Attack, APlantedTemporaryNameDoesNotBreakAWrite) {
   ASSERT_EQ(planted->exit_code, 0) << planted->stderr_text;
   for (const char* name : {"export.parquet", "other.csv"}) {
     std::istringstream content("PAR1 the export");
-    auto written = provider.write_file(sandbox.id(), fmt::format("{}/{}", data, name), content);
+    auto written = provider.write_file(sandbox.id(), fmt::format("{}/{}", data, name), content, -1);
     ASSERT_TRUE(written) << name << ": " << written.error().message;
     auto check = run(sandbox.id(), {"cat", fmt::format("{}/{}", data, name)});
     ASSERT_TRUE(check);

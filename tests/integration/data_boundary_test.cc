@@ -28,7 +28,8 @@ Result<SandboxExport> export_into(const std::string& sandbox_id, const std::stri
   request.filename = filename;
   request.options.row_group_rows = 2;  // several row groups even for this small table
   request.temp_dir = std::filesystem::temp_directory_path();
-  return export_to_sandbox(request, *upload_to(SandboxEnvironment::get().provider(), sandbox_id));
+  return export_to_sandbox(request,
+                           *upload_to(SandboxEnvironment::get().provider(), sandbox_id, -1));
 }
 
 // One column of round_trip: how PostgreSQL writes its canonical JSON value (`{}` is the
@@ -171,7 +172,7 @@ TEST(DataBoundary, EveryTypeRoundTripsIntoASandboxAndPolars) {
 TEST(DataBoundary, CutExportsSaySoAndBadNamesAreRefused) {
   ScopedSandbox sandbox;
   SandboxExportRequest request;
-  auto upload = *upload_to(SandboxEnvironment::get().provider(), sandbox.id());
+  auto upload = *upload_to(SandboxEnvironment::get().provider(), sandbox.id(), -1);
   request.data_dir = SandboxEnvironment::get().config().sandbox.data_dir;
   request.conninfo = PostgresEnvironment::get().server().reader_conninfo;
   request.sql = "SELECT n FROM numbers";

@@ -179,7 +179,7 @@ class ExportTypesTest : public ::testing::Test {
     request.options.row_group_rows = 2;  // the third row comes after the first row group
     request.temp_dir = std::filesystem::temp_directory_path();
     return export_to_sandbox(request,
-                             *upload_to(SandboxEnvironment::get().provider(), sandbox_.id()));
+                             *upload_to(SandboxEnvironment::get().provider(), sandbox_.id(), -1));
   }
 
   // What PostgreSQL holds: a JSON array of rows of `expressions` over `from`, ordered by `key`.

@@ -188,9 +188,9 @@ TEST(Exec, ConcurrentExecsAreMeteredSeparately) {
 TEST(Files, WriteReadListRoundTrip) {
   ScopedSandbox sandbox;
   std::istringstream script("print(open('/home/sandbox/data/in.txt').read().upper())\n");
-  ASSERT_TRUE(provider().write_file(sandbox.id(), "analysis.py", script));
+  ASSERT_TRUE(provider().write_file(sandbox.id(), "analysis.py", script, -1));
   std::istringstream data("quarry");
-  ASSERT_TRUE(provider().write_file(sandbox.id(), "/home/sandbox/data/in.txt", data));
+  ASSERT_TRUE(provider().write_file(sandbox.id(), "/home/sandbox/data/in.txt", data, -1));
   auto result =
       run(sandbox.id(), {"sh", "-c", "python3 analysis.py > outputs/result.txt && ls -l outputs"});
   ASSERT_TRUE(result) << result.error().message;
@@ -220,9 +220,9 @@ TEST(Files, AWriteThatFillsTheDiskLeavesTheOldFile) {
   spec.resources.disk_bytes = 64 << 20;
   ScopedSandbox sandbox(spec);
   std::istringstream small(std::string(1 << 20, 'a'));
-  ASSERT_TRUE(provider().write_file(sandbox.id(), "/home/sandbox/data/table.parquet", small));
+  ASSERT_TRUE(provider().write_file(sandbox.id(), "/home/sandbox/data/table.parquet", small, -1));
   std::istringstream huge(std::string(100 << 20, 'b'));
-  auto refused = provider().write_file(sandbox.id(), "/home/sandbox/data/table.parquet", huge);
+  auto refused = provider().write_file(sandbox.id(), "/home/sandbox/data/table.parquet", huge, -1);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
   EXPECT_NE(refused.error().message.find("would fill the sandbox's disk; nothing was written"),
@@ -253,7 +253,7 @@ TEST(Files, SymlinkPlantedInsideIsRefused) {
     EXPECT_TRUE(out.str().empty());
   }
   std::istringstream content("x");
-  auto write = provider().write_file(sandbox.id(), "/home/sandbox/outputs/root/tmp/x", content);
+  auto write = provider().write_file(sandbox.id(), "/home/sandbox/outputs/root/tmp/x", content, -1);
   ASSERT_FALSE(write);
   EXPECT_EQ(write.error().code, ErrorCode::kPermissionDenied);
 }

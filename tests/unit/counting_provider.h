@@ -54,7 +54,9 @@ class CountingProvider final : public sandbox::SandboxProvider {
     ++stopped_[std::string(id)];
     return 0;
   }
-  Result<void> write_file(std::string_view, std::string_view, std::istream&) override { return {}; }
+  Result<void> write_file(std::string_view, std::string_view, std::istream&, int) override {
+    return {};
+  }
   Result<uint64_t> read_file(std::string_view, std::string_view, std::ostream&, uint64_t) override {
     return 0;
   }

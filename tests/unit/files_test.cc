@@ -3,6 +3,7 @@
 #include "sandbox/local/files.h"
 
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -241,6 +242,21 @@ TEST_F(FakeSandboxRoot, AFailedWriteLeavesTheOldFile) {
     ++entries;
   }
   EXPECT_EQ(entries, 1u);
+}
+
+// A cancel (a turn's Stop, Ctrl-C) stops a write part way and leaves the old file.
+TEST_F(FakeSandboxRoot, ACancelledWriteLeavesTheOldFile) {
+  std::istringstream first("the data exported yesterday");
+  ASSERT_TRUE(files_->write("/home/sandbox/data/events.parquet", first, ::getuid(), ::getgid()));
+  UniqueFd cancel(::eventfd(1, EFD_CLOEXEC));  // readable: already cancelled
+  std::istringstream large(std::string(1 << 20, 'x'));
+  auto written = files_->write("/home/sandbox/data/events.parquet", large, ::getuid(), ::getgid(),
+                               cancel.get());
+  ASSERT_FALSE(written);
+  EXPECT_EQ(written.error().code, ErrorCode::kCancelled) << written.error().message;
+  EXPECT_EQ(*read("/home/sandbox/data/events.parquet"), "the data exported yesterday");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(root_ / "home/sandbox/data"), {}), 1)
+      << "no temporary file is left beside it";
 }
 
 TEST_F(FakeSandboxRoot, ReadsRespectTheSizeLimit) {

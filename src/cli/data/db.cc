@@ -169,7 +169,8 @@ int DataRoom::db_export(Context& context, const DbOptions& options) {
   ASSIGN_OR_RETURN_CLI(auto* provider, context.provider());
   // The file waits for its upload on quarry's own disk, not in a /tmp that may be memory.
   const auto temp_dir = context.state_dir() / "tmp";
-  ASSIGN_OR_RETURN_CLI(auto upload, data::upload_to(*provider, options.export_sandbox));
+  ASSIGN_OR_RETURN_CLI(auto upload,
+                       data::upload_to(*provider, options.export_sandbox, cancel.fd()));
   data::SandboxExportRequest request{config->sandbox.data_dir, target.reader,  options.export_sql,
                                      options.export_file,      export_options, temp_dir};
   auto exported = data::export_to_sandbox(request, upload);

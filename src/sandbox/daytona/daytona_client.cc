@@ -1,6 +1,7 @@
 #include "sandbox/daytona/daytona_client.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <mutex>
@@ -108,7 +109,7 @@ Result<HttpResponse> DaytonaClient::send(const Call& call,
   const std::string where = fmt::format(
       "{} {}", call.method, call.base->to_string() + call.path.substr(0, call.path.find('?')));
   for (uint32_t attempt = 0;; ++attempt) {
-    auto response = http_.send(request);
+    auto response = http_.send(request, {}, call.cancel_fd);
     std::optional<Duration> wait;
     Error failure;
     if (!response) {
@@ -144,7 +145,12 @@ Result<HttpResponse> DaytonaClient::send(const Call& call,
                                 : backoff_delay(attempt + 1, random01(), options_.backoff);
     spdlog::debug("{}; trying again in {} ms", failure.message,
                   std::chrono::duration_cast<std::chrono::milliseconds>(delay).count());
-    std::this_thread::sleep_for(delay);
+    // The pause before the next attempt ends early, and the call with it, on a cancel.
+    pollfd cancel{call.cancel_fd, POLLIN, 0};
+    const auto pause = std::chrono::ceil<std::chrono::milliseconds>(delay);
+    if (::poll(&cancel, call.cancel_fd >= 0 ? 1 : 0, static_cast<int>(pause.count())) > 0) {
+      return make_error(ErrorCode::kCancelled, "daytona: {}: cancelled", where);
+    }
   }
 }
 
@@ -252,7 +258,7 @@ Result<Executed> DaytonaClient::execute(const Url& toolbox, std::string_view id,
 }
 
 Result<void> DaytonaClient::upload(const Url& toolbox, std::string_view id, std::string_view path,
-                                   std::string data) const {
+                                   std::string data, int cancel_fd) const {
   const std::vector<OutPart> parts = {
       {.name = "files[0].path", .filename = "", .content_type = "", .data = std::string(path)},
       {.name = "files[0].file",
@@ -265,7 +271,8 @@ Result<void> DaytonaClient::upload(const Url& toolbox, std::string_view id, std:
                          .base = &toolbox,
                          .path = fmt::format("/{}/files/bulk-upload", percent_encode(id)),
                          .body = std::move(body.body),
-                         .content_type = std::move(body.content_type)}));
+                         .content_type = std::move(body.content_type),
+                         .cancel_fd = cancel_fd}));
   (void)response;
   return {};
 }

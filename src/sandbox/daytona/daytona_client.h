@@ -58,8 +58,9 @@ class DaytonaClient {
   Result<Executed> execute(const Url& toolbox, std::string_view id, std::string_view command,
                            std::string_view cwd, const std::map<std::string, std::string>& envs,
                            int timeout_seconds, Duration deadline = {}) const;
+  // Stops with kCancelled once `cancel_fd` (-1: none) is readable.
   Result<void> upload(const Url& toolbox, std::string_view id, std::string_view path,
-                      std::string data) const;
+                      std::string data, int cancel_fd) const;
   // The file's bytes through files/bulk-download, as the SDK fetches every file (a part named
   // "file" with the path as its filename, or "error" with Daytona's error JSON: its statusCode
   // as the error's code); kResourceExhausted past `max_bytes`.
@@ -80,6 +81,7 @@ class DaytonaClient {
     Duration timeout{};     // the whole call; default: request_timeout
     bool retry = true;      // false: only when the server surely did nothing (429)
     uint64_t max_body = 0;  // kept of the answer; default: the client's
+    int cancel_fd = -1;     // readable: stop the call, and the retries, with kCancelled
   };
   DaytonaClient(ClientOptions options, HttpClient http);
   // The answer to `call`, after the retries it allows; an error for a status >= 400 unless

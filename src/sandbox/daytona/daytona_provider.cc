@@ -363,7 +363,7 @@ Result<int> DaytonaProvider::stop_commands(std::string_view id) {
 }
 
 Result<void> DaytonaProvider::write_file(std::string_view id, std::string_view path,
-                                         std::istream& content) {
+                                         std::istream& content, int cancel_fd) {
   ASSIGN_OR_RETURN(auto url, toolbox(id));
   std::string data;
   char buffer[1 << 16];
@@ -378,7 +378,7 @@ Result<void> DaytonaProvider::write_file(std::string_view id, std::string_view p
   if (content.bad()) {
     return make_error(ErrorCode::kInternal, "reading what to write to '{}' failed", path);
   }
-  return client_.upload(url, id, path, std::move(data));
+  return client_.upload(url, id, path, std::move(data), cancel_fd);
 }
 
 Result<uint64_t> DaytonaProvider::read_file(std::string_view id, std::string_view path,

@@ -36,8 +36,8 @@ class DaytonaProvider final : public SandboxProvider {
   Result<void> prepare(std::string_view id, const PrepareSpec& spec) override;
   Result<ExecResult> exec(std::string_view id, const ExecRequest& request) override;
   Result<int> stop_commands(std::string_view id) override;
-  Result<void> write_file(std::string_view id, std::string_view path,
-                          std::istream& content) override;
+  Result<void> write_file(std::string_view id, std::string_view path, std::istream& content,
+                          int cancel_fd) override;
   Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,
                              uint64_t max_bytes) override;
   Result<bool> is_directory(std::string_view id, std::string_view path) override;

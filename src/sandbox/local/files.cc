@@ -12,6 +12,7 @@
 #include <memory>
 #include <ostream>
 
+#include "common/file_util.h"
 #include "common/random_id.h"
 #include "sandbox/local/spawn.h"
 
@@ -140,7 +141,7 @@ Result<void> SandboxFiles::make_directories(const std::string& path, uid_t owner
 }
 
 Result<void> SandboxFiles::write(const std::string& path, std::istream& content, uid_t owner,
-                                 gid_t group) const {
+                                 gid_t group, int cancel_fd) const {
   std::filesystem::path target(path);
   if (target == "/") return make_error(ErrorCode::kInvalidArgument, "'/' is a directory");
   ASSIGN_OR_RETURN(UniqueFd directory, walk_to(target.parent_path().string(), owner, group));
@@ -178,6 +179,10 @@ Result<void> SandboxFiles::write(const std::string& path, std::istream& content,
 
   char buffer[64 * 1024];
   while (content) {
+    if (signalled(cancel_fd)) {
+      return discard(make_error(ErrorCode::kCancelled,
+                                "cancelled while writing '{}'; nothing was written", path));
+    }
     content.read(buffer, sizeof buffer);
     std::streamsize count = content.gcount();
     const char* data = buffer;

@@ -38,9 +38,10 @@ class SandboxFiles {
   // Treats `root` as the sandbox's root (for tests, and for stopped sandboxes' layers).
   static Result<SandboxFiles> open_directory(const std::filesystem::path& root);
 
-  // Creates missing parent directories; new files and directories belong to owner:group.
-  Result<void> write(const std::string& path, std::istream& content, uid_t owner,
-                     gid_t group) const;
+  // Creates missing parent directories; new files and directories belong to owner:group. Stops
+  // with kCancelled, leaving what was there, once `cancel_fd` (-1: none) is readable.
+  Result<void> write(const std::string& path, std::istream& content, uid_t owner, gid_t group,
+                     int cancel_fd = -1) const;
   // mkdir -p; new directories belong to owner:group.
   Result<void> make_directories(const std::string& path, uid_t owner, gid_t group) const;
   Result<uint64_t> read(const std::string& path, std::ostream& out, uint64_t max_bytes) const;

@@ -859,13 +859,13 @@ Result<int> LocalProvider::stop_commands(std::string_view id) {
 }
 
 Result<void> LocalProvider::write_file(std::string_view id, std::string_view path,
-                                       std::istream& content) {
+                                       std::istream& content, int cancel_fd) {
   ASSIGN_OR_RETURN(auto normal,
                    normalize_sandbox_path(path, fmt::format("/home/{}", kSandboxUserName)));
   ASSIGN_OR_RETURN(auto sandbox, running(id));
   ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
   const uint32_t owner = sandbox.record.id_base + kSandboxUser;
-  return files.write(normal, content, owner, owner);
+  return files.write(normal, content, owner, owner, cancel_fd);
 }
 
 Result<uint64_t> LocalProvider::read_file(std::string_view id, std::string_view path,

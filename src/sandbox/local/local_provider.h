@@ -42,8 +42,8 @@ class LocalProvider final : public SandboxProvider {
   Result<std::unique_ptr<Process>> start(std::string_view id, const ExecRequest& request) override;
   Result<void> stop_process(std::string_view id, std::string_view process) override;
   Result<int> stop_commands(std::string_view id) override;
-  Result<void> write_file(std::string_view id, std::string_view path,
-                          std::istream& content) override;
+  Result<void> write_file(std::string_view id, std::string_view path, std::istream& content,
+                          int cancel_fd) override;
   Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,
                              uint64_t max_bytes) override;
   Result<bool> is_directory(std::string_view id, std::string_view path) override;

@@ -797,7 +797,8 @@ ApiResult<ApiReply> DaytonaApi::upload(const ApiRequest& request, const Record& 
       continue;
     }
     std::ispanstream content(std::span<const char>(part.data.data(), part.data.size()));
-    if (auto written = services_.provider.write_file(sandbox.id, path->second, content); !written) {
+    if (auto written = services_.provider.write_file(sandbox.id, path->second, content, -1);
+        !written) {
       errors.push_back(fmt::format("{}: {}", path->second, written.error().message));
       continue;
     }
