@@ -112,8 +112,9 @@ ToolResult stopped(const Error& error) {
   return result;
 }
 
-// A file written into the sandbox: stopped by the turn's cancel (kCancelled), failed otherwise.
-ToolResult not_written(const Error& error, std::string_view tool) {
+// A file not written into, or read from, the sandbox: stopped by the turn's cancel
+// (kCancelled), failed otherwise.
+ToolResult file_failure(const Error& error, std::string_view tool) {
   Error said = error.with_context(tool);
   return error.code == ErrorCode::kCancelled ? stopped(said) : failed(said.message);
 }
@@ -277,7 +278,7 @@ ToolResult Toolbox::write_file(const nlohmann::json& arguments, conversation::Tu
                     content.size(), kMaxFileContent));
   }
   if (auto written = turn.sandbox().write_file(path, std::string_view(content)); !written) {
-    return not_written(written.error(), "write_file");
+    return file_failure(written.error(), "write_file");
   }
   ToolResult tool;
   tool.content = fmt::format("Wrote {} bytes to {}.", content.size(), path);
@@ -301,13 +302,13 @@ ToolResult Toolbox::run_python(const nlohmann::json& arguments, conversation::Tu
     script = fmt::format(".steps/{}.py", step_name);
     code = arguments["code"].get<std::string>();
     if (auto written = sandbox.write_file(script, std::string_view(code)); !written) {
-      return not_written(written.error(), "run_python");
+      return file_failure(written.error(), "run_python");
     }
   } else {
     script = arguments["path"];
     std::ostringstream text;
     if (auto read = sandbox.read_file(script, text, kMaxFileContent); !read) {
-      return failed(fmt::format("run_python: {}", read.error().message));
+      return file_failure(read.error(), "run_python");
     }
     code = text.str();
   }

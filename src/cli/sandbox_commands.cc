@@ -246,18 +246,19 @@ int copy(sandbox::SandboxProvider& provider, const std::string& from, const std:
     file /= std::filesystem::path(source->second).filename();
   }
   constexpr uint64_t kMaxCopy = 64ULL << 30;
+  CancelSignals cancel;  // Ctrl-C stops it, leaving what was at `file`
   auto copied = write_then_rename(file, [&](const std::filesystem::path& partial) -> Result<void> {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) {
       return make_error(ErrorCode::kInvalidArgument, "cannot write '{}': {}", file.string(),
                         std::strerror(errno));
     }
-    RETURN_IF_ERROR(provider.read_file(source->first, source->second, out, kMaxCopy));
+    RETURN_IF_ERROR(provider.read_file(source->first, source->second, out, kMaxCopy, cancel.fd()));
     out.close();
     if (!out) return make_error(ErrorCode::kInternal, "writing '{}' failed", file.string());
     return {};
   });
-  return copied ? 0 : report(copied.error());
+  return copied ? 0 : report_failure(copied.error());
 }
 
 }  // namespace

@@ -638,7 +638,7 @@ Result<Execution> LazySandbox::execute(sandbox::ExecRequest request) {
 Result<uint64_t> LazySandbox::read_file(std::string_view path, std::ostream& out,
                                         uint64_t max_bytes) {
   return on_sandbox("stopped", [&](const std::string& id) {
-    return manager_.provider_.read_file(id, path, out, max_bytes);
+    return manager_.provider_.read_file(id, path, out, max_bytes, turn_.cancel_fd);
   });
 }
 

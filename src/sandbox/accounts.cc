@@ -88,9 +88,9 @@ Result<void> ProviderAccounts::write_file(std::string_view id, std::string_view 
 }
 
 Result<uint64_t> ProviderAccounts::read_file(std::string_view id, std::string_view path,
-                                             std::ostream& out, uint64_t max_bytes) {
+                                             std::ostream& out, uint64_t max_bytes, int cancel_fd) {
   ASSIGN_OR_RETURN(auto* provider, owner(id));
-  return provider->read_file(id, path, out, max_bytes);
+  return provider->read_file(id, path, out, max_bytes, cancel_fd);
 }
 
 Result<std::vector<FileInfo>> ProviderAccounts::list_files(std::string_view id,

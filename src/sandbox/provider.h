@@ -203,9 +203,10 @@ class SandboxProvider {
   virtual Result<void> write_file(std::string_view id, std::string_view path, std::istream& content,
                                   int cancel_fd) = 0;
   // Copies the regular file at `path` to `out`; refuses symlinks and files over `max_bytes`.
-  // Returns the number of bytes copied.
+  // Returns the number of bytes copied. Once `cancel_fd` (-1: none) is readable it stops with
+  // kCancelled.
   virtual Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,
-                                     uint64_t max_bytes) = 0;
+                                     uint64_t max_bytes, int cancel_fd) = 0;
   // Lists `directory` recursively (files and directories, not following links), within bounds
   // on entries, depth, path length and time that the provider sets; beyond them it fails with
   // kResourceExhausted and says which bound was met.

@@ -196,9 +196,9 @@ TEST_F(DaytonaFaults, ACreateCancelledWhileTheSandboxStartsDeletesIt) {
   EXPECT_EQ(on_server(), 0u) << "the sandbox of the cancelled create was left";
 }
 
-// A cancel (a turn's Stop, Ctrl-C in quarry sandbox cp) stops an upload the toolbox does not
-// answer, where it waited out the attempt's deadline (and any retries).
-TEST_F(DaytonaFaults, ACancelStopsAnUploadThatHangs) {
+// A cancel (a turn's Stop, Ctrl-C in quarry sandbox cp) stops an upload or a download the
+// toolbox does not answer, where it waited out the attempt's deadline (and any retries).
+TEST_F(DaytonaFaults, ACancelStopsATransferThatHangs) {
   const auto id = create();
   ASSERT_FALSE(id.empty());
   // One attempt with a long deadline: only the cancel ends it soon.
@@ -209,19 +209,30 @@ TEST_F(DaytonaFaults, ACancelStopsAnUploadThatHangs) {
   config.daytona.max_retries = 0;
   auto patient = DaytonaProvider::open(config, server_->token("alice"));
   ASSERT_TRUE(patient) << patient.error().message;
-  faults({{{"method", "POST"}, {"path", "/files/bulk-upload"}, {"action", "hang"}, {"times", -1}}});
-  UniqueFd cancel(::eventfd(0, EFD_CLOEXEC));
-  std::thread stop([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const uint64_t one = 1;
-    EXPECT_EQ(::write(cancel.get(), &one, sizeof one), 8);
-  });
-  std::istringstream content(std::string(1 << 20, 'x'));
-  auto written = (*patient)->write_file(id, "/home/sandbox/data/big.bin", content, cancel.get());
-  stop.join();
-  ASSERT_FALSE(written);
-  EXPECT_EQ(written.error().code, ErrorCode::kCancelled) << written.error().message;
-  EXPECT_EQ(hits().size(), 1u) << "the upload was sent once";
+  for (const char* transfer : {"/files/bulk-upload", "/files/bulk-download"}) {
+    SCOPED_TRACE(transfer);
+    faults({{{"method", "POST"}, {"path", transfer}, {"action", "hang"}, {"times", -1}}});
+    UniqueFd cancel(::eventfd(0, EFD_CLOEXEC));
+    std::thread stop([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const uint64_t one = 1;
+      EXPECT_EQ(::write(cancel.get(), &one, sizeof one), 8);
+    });
+    std::istringstream content(std::string(1 << 20, 'x'));
+    std::ostringstream out;
+    Result<void> done;
+    if (std::string_view(transfer) == "/files/bulk-upload") {
+      done = (*patient)->write_file(id, "/home/sandbox/big.bin", content, cancel.get());
+    } else if (auto read =
+                   (*patient)->read_file(id, "/home/sandbox/big.bin", out, 2 << 20, cancel.get());
+               !read) {
+      done = std::unexpected(read.error());
+    }
+    stop.join();
+    ASSERT_FALSE(done);
+    EXPECT_EQ(done.error().code, ErrorCode::kCancelled) << done.error().message;
+    EXPECT_EQ(hits().size(), 1u) << "the call was sent once";
+  }
   faults(nlohmann::json::array());
   ASSERT_TRUE(provider_->destroy(id));
 }

@@ -122,12 +122,12 @@ TEST_F(DaytonaProviderTest, FilesGoInAndComeOutAsTheyWere) {
             "300000\n");
 
   std::ostringstream out;
-  auto read = provider_->read_file(id, "/home/sandbox/data/in/blob.bin", out, 1 << 20);
+  auto read = provider_->read_file(id, "/home/sandbox/data/in/blob.bin", out, 1 << 20, -1);
   ASSERT_TRUE(read) << read.error().message;
   EXPECT_EQ(*read, binary.size());
   EXPECT_EQ(out.str(), binary);
   std::ostringstream small;
-  auto too_big = provider_->read_file(id, "/home/sandbox/data/in/blob.bin", small, 1000);
+  auto too_big = provider_->read_file(id, "/home/sandbox/data/in/blob.bin", small, 1000, -1);
   ASSERT_FALSE(too_big);
   EXPECT_EQ(too_big.error().code, ErrorCode::kResourceExhausted) << too_big.error().message;
   EXPECT_NE(too_big.error().message.find("'/home/sandbox/data/in/blob.bin' is larger than"),
@@ -136,11 +136,11 @@ TEST_F(DaytonaProviderTest, FilesGoInAndComeOutAsTheyWere) {
   // Over the limit by less than the answer's framing: refused all the same.
   std::istringstream five_thousand(std::string(5000, 'x'));
   ASSERT_TRUE(provider_->write_file(id, "/home/sandbox/data/in/small.txt", five_thousand, -1));
-  auto over = provider_->read_file(id, "/home/sandbox/data/in/small.txt", small, 4999);
+  auto over = provider_->read_file(id, "/home/sandbox/data/in/small.txt", small, 4999, -1);
   ASSERT_FALSE(over);
   EXPECT_EQ(over.error().code, ErrorCode::kResourceExhausted) << over.error().message;
   EXPECT_TRUE(small.str().empty());
-  auto missing = provider_->read_file(id, "/home/sandbox/nothing.txt", small, 1000);
+  auto missing = provider_->read_file(id, "/home/sandbox/nothing.txt", small, 1000, -1);
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, ErrorCode::kNotFound) << missing.error().message;
 

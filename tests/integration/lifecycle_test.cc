@@ -196,7 +196,8 @@ TEST(Files, WriteReadListRoundTrip) {
   ASSERT_TRUE(result) << result.error().message;
   ASSERT_EQ(result->exit_code, 0) << result->stderr_text;
   std::ostringstream out;
-  auto size = provider().read_file(sandbox.id(), "/home/sandbox/outputs/result.txt", out, 1 << 20);
+  auto size =
+      provider().read_file(sandbox.id(), "/home/sandbox/outputs/result.txt", out, 1 << 20, -1);
   ASSERT_TRUE(size) << size.error().message;
   EXPECT_EQ(out.str(), "QUARRY\n");
   auto listed = provider().list_files(sandbox.id(), "/home/sandbox");
@@ -229,7 +230,8 @@ TEST(Files, AWriteThatFillsTheDiskLeavesTheOldFile) {
             std::string::npos)
       << refused.error().message;
   std::ostringstream out;
-  ASSERT_TRUE(provider().read_file(sandbox.id(), "/home/sandbox/data/table.parquet", out, 2 << 20));
+  ASSERT_TRUE(
+      provider().read_file(sandbox.id(), "/home/sandbox/data/table.parquet", out, 2 << 20, -1));
   EXPECT_EQ(out.str(), std::string(1 << 20, 'a'));
   auto listed = provider().list_files(sandbox.id(), "/home/sandbox/data");
   ASSERT_TRUE(listed);
@@ -247,7 +249,7 @@ TEST(Files, SymlinkPlantedInsideIsRefused) {
                            "/home/sandbox/outputs/proc/etc/hostname", "/proc/1/environ"}) {
     SCOPED_TRACE(path);
     std::ostringstream out;
-    auto read = provider().read_file(sandbox.id(), path, out, 1 << 20);
+    auto read = provider().read_file(sandbox.id(), path, out, 1 << 20, -1);
     ASSERT_FALSE(read);
     EXPECT_EQ(read.error().code, ErrorCode::kPermissionDenied) << read.error().message;
     EXPECT_TRUE(out.str().empty());

@@ -57,7 +57,8 @@ class CountingProvider final : public sandbox::SandboxProvider {
   Result<void> write_file(std::string_view, std::string_view, std::istream&, int) override {
     return {};
   }
-  Result<uint64_t> read_file(std::string_view, std::string_view, std::ostream&, uint64_t) override {
+  Result<uint64_t> read_file(std::string_view, std::string_view, std::ostream&, uint64_t,
+                             int) override {
     return 0;
   }
   Result<std::vector<sandbox::FileInfo>> list_files(std::string_view, std::string_view) override {

@@ -259,6 +259,16 @@ TEST_F(FakeSandboxRoot, ACancelledWriteLeavesTheOldFile) {
       << "no temporary file is left beside it";
 }
 
+TEST_F(FakeSandboxRoot, ACancelledReadStops) {
+  std::istringstream content(std::string(1 << 20, 'x'));
+  ASSERT_TRUE(files_->write("/home/sandbox/outputs/big.bin", content, ::getuid(), ::getgid()));
+  UniqueFd cancel(::eventfd(1, EFD_CLOEXEC));  // readable: already cancelled
+  std::ostringstream out;
+  auto read = files_->read("/home/sandbox/outputs/big.bin", out, 2 << 20, cancel.get());
+  ASSERT_FALSE(read);
+  EXPECT_EQ(read.error().code, ErrorCode::kCancelled) << read.error().message;
+}
+
 TEST_F(FakeSandboxRoot, ReadsRespectTheSizeLimit) {
   std::ofstream(root_ / "home/sandbox/outputs/big") << std::string(1000, 'x');
   std::ostringstream out;

@@ -278,7 +278,8 @@ Result<void> DaytonaClient::upload(const Url& toolbox, std::string_view id, std:
 }
 
 Result<std::string> DaytonaClient::download(const Url& toolbox, std::string_view id,
-                                            std::string_view path, uint64_t max_bytes) const {
+                                            std::string_view path, uint64_t max_bytes,
+                                            int cancel_fd) const {
   // Room for the part's boundary and headers besides the file.
   constexpr uint64_t kFraming = 64 * 1024;
   auto response = send({.method = "POST",
@@ -286,7 +287,8 @@ Result<std::string> DaytonaClient::download(const Url& toolbox, std::string_view
                         .path = fmt::format("/{}/files/bulk-download", percent_encode(id)),
                         .body = nlohmann::json{{"paths", {std::string(path)}}}.dump(),
                         .content_type = "application/json",
-                        .max_body = max_bytes + kFraming});
+                        .max_body = max_bytes + kFraming,
+                        .cancel_fd = cancel_fd});
   if (!response && response.error().code == ErrorCode::kResourceExhausted) {
     return make_error(ErrorCode::kResourceExhausted, "'{}' is larger than {}", path,
                       format_size(max_bytes));

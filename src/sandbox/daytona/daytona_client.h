@@ -63,9 +63,10 @@ class DaytonaClient {
                       std::string data, int cancel_fd) const;
   // The file's bytes through files/bulk-download, as the SDK fetches every file (a part named
   // "file" with the path as its filename, or "error" with Daytona's error JSON: its statusCode
-  // as the error's code); kResourceExhausted past `max_bytes`.
+  // as the error's code); kResourceExhausted past `max_bytes`, kCancelled once `cancel_fd`
+  // (-1: none) is readable.
   Result<std::string> download(const Url& toolbox, std::string_view id, std::string_view path,
-                               uint64_t max_bytes) const;
+                               uint64_t max_bytes, int cancel_fd) const;
   Result<nlohmann::json> list_files(const Url& toolbox, std::string_view id,
                                     std::string_view path) const;
   Result<void> create_folder(const Url& toolbox, std::string_view id, std::string_view path,

@@ -382,9 +382,9 @@ Result<void> DaytonaProvider::write_file(std::string_view id, std::string_view p
 }
 
 Result<uint64_t> DaytonaProvider::read_file(std::string_view id, std::string_view path,
-                                            std::ostream& out, uint64_t max_bytes) {
+                                            std::ostream& out, uint64_t max_bytes, int cancel_fd) {
   ASSIGN_OR_RETURN(auto url, toolbox(id));
-  ASSIGN_OR_RETURN(auto data, client_.download(url, id, path, max_bytes));
+  ASSIGN_OR_RETURN(auto data, client_.download(url, id, path, max_bytes, cancel_fd));
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
   if (!out) return make_error(ErrorCode::kInternal, "writing '{}' out failed", path);
   return data.size();

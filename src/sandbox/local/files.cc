@@ -220,8 +220,8 @@ Result<bool> SandboxFiles::is_directory(const std::string& path) const {
   return resolve_error(path);
 }
 
-Result<uint64_t> SandboxFiles::read(const std::string& path, std::ostream& out,
-                                    uint64_t max_bytes) const {
+Result<uint64_t> SandboxFiles::read(const std::string& path, std::ostream& out, uint64_t max_bytes,
+                                    int cancel_fd) const {
   UniqueFd file(open_in(root_.get(), relative(path), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
                         0, RESOLVE_IN_ROOT | kSafeResolve));
   if (!file) return resolve_error(path);
@@ -240,6 +240,9 @@ Result<uint64_t> SandboxFiles::read(const std::string& path, std::ostream& out,
   uint64_t total = 0;
   char buffer[64 * 1024];
   while (true) {
+    if (signalled(cancel_fd)) {
+      return make_error(ErrorCode::kCancelled, "cancelled while reading '{}'", path);
+    }
     ssize_t n = ::read(file.get(), buffer, sizeof buffer);
     if (n < 0) {
       if (errno == EINTR) continue;

@@ -44,7 +44,9 @@ class SandboxFiles {
                      int cancel_fd = -1) const;
   // mkdir -p; new directories belong to owner:group.
   Result<void> make_directories(const std::string& path, uid_t owner, gid_t group) const;
-  Result<uint64_t> read(const std::string& path, std::ostream& out, uint64_t max_bytes) const;
+  // Stops with kCancelled once `cancel_fd` (-1: none) is readable.
+  Result<uint64_t> read(const std::string& path, std::ostream& out, uint64_t max_bytes,
+                        int cancel_fd = -1) const;
   // Whether `path` is a directory: false where nothing is, or a file, link or special file.
   Result<bool> is_directory(const std::string& path) const;
   // Regular files and directories below `directory`, sorted by path; symlinks and special

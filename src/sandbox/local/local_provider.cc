@@ -869,12 +869,12 @@ Result<void> LocalProvider::write_file(std::string_view id, std::string_view pat
 }
 
 Result<uint64_t> LocalProvider::read_file(std::string_view id, std::string_view path,
-                                          std::ostream& out, uint64_t max_bytes) {
+                                          std::ostream& out, uint64_t max_bytes, int cancel_fd) {
   ASSIGN_OR_RETURN(auto normal,
                    normalize_sandbox_path(path, fmt::format("/home/{}", kSandboxUserName)));
   ASSIGN_OR_RETURN(auto sandbox, running(id));
   ASSIGN_OR_RETURN(auto files, SandboxFiles::open(sandbox.record.init_pid, sandbox.pidfd.get()));
-  return files.read(normal, out, max_bytes);
+  return files.read(normal, out, max_bytes, cancel_fd);
 }
 
 Result<std::vector<FileInfo>> LocalProvider::list_files(std::string_view id,

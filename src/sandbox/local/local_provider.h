@@ -45,7 +45,7 @@ class LocalProvider final : public SandboxProvider {
   Result<void> write_file(std::string_view id, std::string_view path, std::istream& content,
                           int cancel_fd) override;
   Result<uint64_t> read_file(std::string_view id, std::string_view path, std::ostream& out,
-                             uint64_t max_bytes) override;
+                             uint64_t max_bytes, int cancel_fd) override;
   Result<bool> is_directory(std::string_view id, std::string_view path) override;
   Result<std::vector<FileInfo>> list_files(std::string_view id,
                                            std::string_view directory) override;

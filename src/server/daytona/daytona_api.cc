@@ -821,7 +821,7 @@ ApiResult<ApiReply> DaytonaApi::bulk_download(const ApiRequest& request, const R
     if (!entry.is_string()) return refuse(400, "paths must be strings");
     const std::string path = entry.get<std::string>();
     std::ostringstream content;
-    auto read = services_.provider.read_file(sandbox.id, path, content, room);
+    auto read = services_.provider.read_file(sandbox.id, path, content, room, -1);
     if (read) {
       room -= *read;
       parts.push_back({"file", path, "application/octet-stream", std::move(content).str()});
@@ -846,7 +846,7 @@ ApiResult<ApiReply> DaytonaApi::download(const ApiRequest& request, const Record
   }
   std::ostringstream content;
   auto read = services_.provider.read_file(sandbox.id, path->second, content,
-                                           services_.config.server.max_file_transfer);
+                                           services_.config.server.max_file_transfer, -1);
   if (!read) {
     return refuse(read.error(), read.error().code == ErrorCode::kNotFound ? "FILE_NOT_FOUND"
                                                                           : "INVALID_FILE_PATH");
