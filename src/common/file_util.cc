@@ -10,10 +10,10 @@
 
 namespace quarry {
 
-bool signalled(int fd) {
-  if (fd < 0) return false;
+bool signalled_within(int fd, std::chrono::milliseconds timeout) {
   pollfd poll{fd, POLLIN, 0};
-  return ::poll(&poll, 1, 0) > 0 && (poll.revents & POLLIN) != 0;
+  return ::poll(&poll, fd >= 0 ? 1 : 0, static_cast<int>(timeout.count())) > 0 &&
+         (poll.revents & POLLIN) != 0;
 }
 
 Result<std::string> read_file(const std::filesystem::path& path) {

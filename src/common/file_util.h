@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -15,8 +16,13 @@ namespace quarry {
 
 Result<std::string> read_file(const std::filesystem::path& path);
 
-// Whether `fd` is readable now, without waiting: a cancel fd that was signalled. False for -1.
-bool signalled(int fd);
+// Waits up to `timeout` for `fd` to become readable (a cancel fd being signalled); whether it
+// did. With -1 it only waits.
+bool signalled_within(int fd, std::chrono::milliseconds timeout);
+// Whether `fd` is readable now, without waiting. False for -1.
+inline bool signalled(int fd) {
+  return signalled_within(fd, std::chrono::milliseconds(0));
+}
 
 // Writes `content` to a temporary file beside `path` and renames it over `path`, so readers see
 // the old or the new content, never a torn one. No fsync: this protects against a crashed

@@ -1,13 +1,13 @@
 #include "sandbox/daytona/daytona_client.h"
 
 #include <fmt/format.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "common/file_util.h"
 #include "common/json.h"
 #include "common/multipart.h"
 #include "common/units.h"
@@ -146,9 +146,7 @@ Result<HttpResponse> DaytonaClient::send(const Call& call,
     spdlog::debug("{}; trying again in {} ms", failure.message,
                   std::chrono::duration_cast<std::chrono::milliseconds>(delay).count());
     // The pause before the next attempt ends early, and the call with it, on a cancel.
-    pollfd cancel{call.cancel_fd, POLLIN, 0};
-    const auto pause = std::chrono::ceil<std::chrono::milliseconds>(delay);
-    if (::poll(&cancel, call.cancel_fd >= 0 ? 1 : 0, static_cast<int>(pause.count())) > 0) {
+    if (signalled_within(call.cancel_fd, std::chrono::ceil<std::chrono::milliseconds>(delay))) {
       return make_error(ErrorCode::kCancelled, "daytona: {}: cancelled", where);
     }
   }

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -13,6 +12,7 @@
 #include <iterator>
 #include <ostream>
 
+#include "common/file_util.h"
 #include "common/json.h"
 #include "common/random_id.h"
 #include "common/text.h"
@@ -63,12 +63,10 @@ class Poll {
   bool expired() const { return Clock::now() >= deadline_; }
   // Waits until the next look; false, at once, when `cancel_fd` (-1: none) is readable.
   bool wait(int cancel_fd = -1) {
-    pollfd cancel{cancel_fd, POLLIN, 0};
-    const int ready = ::poll(
-        &cancel, cancel_fd >= 0 ? 1 : 0,
-        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(delay_).count()));
+    const bool cancelled =
+        signalled_within(cancel_fd, std::chrono::duration_cast<std::chrono::milliseconds>(delay_));
     delay_ = std::min<Duration>(delay_ * 2, std::chrono::seconds(1));
-    return ready <= 0;
+    return !cancelled;
   }
 
  private:
