@@ -4,6 +4,7 @@
 // a create, a sandbox stuck in `creating`. The provider retries or reports clearly, and no
 // sandbox is left behind: the server, asked directly, has none of the test's.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
@@ -235,6 +236,55 @@ TEST_F(DaytonaFaults, ACancelStopsATransferThatHangs) {
   }
   faults(nlohmann::json::array());
   ASSERT_TRUE(provider_->destroy(id));
+}
+
+// The same through a conversation: Stop while a step's script is being uploaded ends the step as
+// stopped (the turn cancelled, the model told so next time), not as failed after the upload's
+// deadline, and the sandbox takes the next step.
+TEST_F(DaytonaFaults, StopDuringAStepsUploadEndsTheStepAsStopped) {
+  QuarryServer remote({.sandbox_config = fmt::format("  provider: daytona\n"
+                                                     "  daytona:\n"
+                                                     "    api_url: \"{}/daytona/api\"\n"
+                                                     "    image: quarry\n"
+                                                     "    request_timeout: 60s\n"
+                                                     "    max_retries: 0\n",
+                                                     proxy_url_),
+                       .instance_id = "api-test-faults",
+                       .env = {"DAYTONA_API_KEY=" + server_->token("alice")}});
+  ASSERT_TRUE(remote.started());
+  ApiClient api(remote.url());
+  const auto id = api.create_conversation();
+  auto first = api.cell(id, "python", "print('ready')");
+  ASSERT_EQ(first.events.back().data["status"], "completed") << first.body << remote.log();
+
+  faults({{{"method", "POST"}, {"path", "/files/bulk-upload"}, {"action", "hang"}, {"times", -1}}});
+  BackgroundStream cell(api, "POST", fmt::format("/api/v1/conversations/{}/cells", id),
+                        nlohmann::json{{"kind", "python"}, {"code", "print('never run')"}}.dump());
+  ASSERT_TRUE(cell.wait_for_type("tool_started"));
+  for (int i = 0; i < 200 && hits().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(hits().size(), 1u) << "the script's upload never reached the toolbox";
+  const auto stopped_at = Clock::now();
+  auto cancelled = api.post(fmt::format("/api/v1/conversations/{}/cancel", id), nullptr);
+  ASSERT_EQ(cancelled.status, 202) << cancelled.body;
+  auto stream = cell.finish();
+  EXPECT_LT(Clock::now() - stopped_at, std::chrono::seconds(30)) << "waited for the deadline";
+  EXPECT_EQ(stream.events.back().data["status"], "cancelled") << stream.body;
+  auto document = api.get("/api/v1/conversations/" + id);
+  const auto& messages = document.json["messages"];
+  ASSERT_FALSE(messages.empty());
+  EXPECT_EQ(messages.back()["role"], "tool");
+  EXPECT_EQ(messages.back()["content"], "(stopped: the turn was cancelled)");
+
+  faults(nlohmann::json::array());
+  auto next = api.cell(id, "python", "print('after')");
+  ASSERT_EQ(next.events.back().data["status"], "completed") << next.body << remote.log();
+  EXPECT_NE(
+      of_type(next.events, "tool_finished")[0].data["content"].get<std::string>().find("after"),
+      std::string::npos);
+  EXPECT_EQ(remote.stop(SIGTERM), 0);
+  EXPECT_EQ(on_server(), 0u) << "the conversation's sandbox was left";
 }
 
 }  // namespace
