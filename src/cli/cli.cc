@@ -1,6 +1,8 @@
 // quarry's command line, built the same way by both executables (commands.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/data_commands.h"
@@ -31,26 +33,53 @@ constexpr Command kCommands[] = {
      add_token_commands},
 };
 
-// The command argv names: its first argument that is neither an option nor the value of one of
-// `app`'s own options (empty if there is none, as in `quarry --help`).
-std::string_view named_command(const CLI::App& app, int argc, char** argv) {
+// Where argv names the command: its first argument that is neither an option nor the value of
+// one of `app`'s own options (argc if there is none, as in `quarry --help`).
+int named_command(const CLI::App& app, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--") break;
-    if (!arg.starts_with('-')) return arg;
+    if (!arg.starts_with('-')) return i;
     if (arg.find('=') != std::string_view::npos) continue;
     const CLI::Option* option = app.get_option_no_throw(std::string(arg));
     if (option != nullptr && option->get_type_size_min() > 0) ++i;  // its value
   }
-  return {};
+  return argc;
+}
+
+// The first option before "--" that neither the command argv named nor the commands above it
+// know, if any. CLI11 reports an unknown option after reading the whole line, and with a "--"
+// after it names what follows the "--" instead ("The following argument was not expected:
+// true" for `quarry sandbox exec --timout 1s ID -- true`).
+std::optional<std::string> unknown_option(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* command = &app;
+  while (!command->get_subcommands().empty())
+    command = command->get_subcommands().front();
+  auto find = [&](const std::string& name) -> const CLI::Option* {
+    for (const CLI::App* in = command; in != nullptr; in = in->get_parent()) {
+      if (const CLI::Option* option = in->get_option_no_throw(name)) return option;
+    }
+    return nullptr;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    // --name=value, and -xyz: -x with its value or more flags after it
+    const std::string name(arg.starts_with("--") ? arg.substr(0, arg.find('=')) : arg.substr(0, 2));
+    const CLI::Option* option = find(name);
+    if (option == nullptr) return name;
+    if (option->get_type_size_min() > 0 && name == arg) ++i;  // its value, e.g. --cpus -1
+  }
+  return std::nullopt;
 }
 
 // Prints `error` as CLI11 does (help and --version are such "errors" too, with exit 0) and
-// returns 2 for a command line that was wrong, as most command-line tools do, where CLI11 would
-// give 105 to 109.
-int usage_error(const CLI::App& app, const CLI::Error& error) {
-  constexpr int kUsage = 2;
-  return app.exit(error) == 0 ? 0 : kUsage;
+// returns the status of a command line that was wrong: 2, as most command-line tools give, where
+// CLI11 would give 105 to 109, or what the command named (`chosen`, if any) gives instead.
+int usage_error(const CLI::App& app, const CLI::Error& error, const CommandGroup* chosen) {
+  if (app.exit(error) == 0) return 0;
+  return chosen != nullptr ? chosen->usage_exit() : CommandGroup().usage_exit();
 }
 
 }  // namespace
@@ -88,11 +117,17 @@ int run(int argc, char** argv, DataCommands& data) {
   // Every command is listed, but only the one argv names gets its subcommands and options:
   // building all of them took CLI11 more instructions than the rest of `quarry --version`
   // (bench/README.md, "Command line start").
-  const std::string_view name = named_command(app, argc, argv);
+  const int at = named_command(app, argc, argv);
+  const std::string_view name = at < argc ? argv[at] : "";
   const Command* named = std::ranges::find(kCommands, name, &Command::name);
   if (!name.empty() && named == std::end(kCommands)) {
-    return usage_error(app, CLI::ExtrasError("unknown command '" + std::string(name) + "'",
-                                             CLI::ExitCodes::ExtrasError));
+    // `quarry --log-levl info sandbox ls`: what is wrong is the option, not its value.
+    const auto option = unknown_option(app, at, argv);
+    return usage_error(app,
+                       CLI::ExtrasError(option ? "unknown option '" + *option + "'"
+                                               : "unknown command '" + std::string(name) + "'",
+                                        CLI::ExitCodes::ExtrasError),
+                       nullptr);
   }
   std::unique_ptr<CommandGroup> chosen;
   for (const Command& command : kCommands) {
@@ -119,8 +154,14 @@ int run(int argc, char** argv, DataCommands& data) {
   });
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& error) {
+    const auto option = unknown_option(app, argc, argv);
+    if (!option) return usage_error(app, error, chosen.get());
+    return usage_error(app,
+                       CLI::ExtrasError("unknown option '" + *option + "'", error.get_exit_code()),
+                       chosen.get());
   } catch (const CLI::ParseError& error) {
-    return usage_error(app, error);
+    return usage_error(app, error, chosen.get());
   }
   return exit_code;
 }

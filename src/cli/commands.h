@@ -15,6 +15,9 @@ namespace quarry::cli {
 class CommandGroup {
  public:
   virtual ~CommandGroup() = default;
+  // The exit status of a command line of this group that could not be parsed: 2, as most
+  // command-line tools give, unless the command passes on another program's exit statuses.
+  virtual int usage_exit() const { return 2; }
 };
 
 // Runs db, ask and serve (data_commands.h).

@@ -24,8 +24,12 @@ using sandbox::ExecRequest;
 using sandbox::ExecResult;
 using sandbox::Labels;
 
-// Exit status of `sandbox exec` when the command hit its timeout, as timeout(1) does.
+// Exit statuses of `sandbox exec` and `run` beside the command's own, as timeout(1) and
+// docker run give them: the command hit its timeout; quarry itself failed (a bad flag, no such
+// sandbox, a sandbox that could not be made), so that a script can tell that from a command
+// that exited 1 or 2. The command's 126 (not executable) and 127 (not found) pass through.
 constexpr int kTimeoutExit = 124;
+constexpr int kOwnFailureExit = 125;
 
 struct ResourceFlags {
   std::string memory, disk;
@@ -155,11 +159,17 @@ int report_failure(const Error& error) {
   return report(error);
 }
 
+// The same for exec and run, whose statuses are the command's unless quarry failed.
+int exec_failure(const Error& error) {
+  const int status = report_failure(error);
+  return status == kCancelledExit ? status : kOwnFailureExit;
+}
+
 // Runs the command and prints what the user asked for; returns quarry's exit status.
 int run_exec(sandbox::SandboxProvider& provider, const std::string& id, const ExecRequest& request,
              bool json) {
   auto result = provider.exec(id, request);
-  if (!result) return report_failure(result.error());
+  if (!result) return exec_failure(result.error());
   if (json) {
     std::cout << sandbox::to_json(*result).dump(2, ' ', false,
                                                 nlohmann::json::error_handler_t::replace)
@@ -275,13 +285,20 @@ struct SandboxOptions final : CommandGroup {
   bool ls_json = false;
   std::vector<std::string> rm_ids;
   bool rm_all = false;
+  const CLI::App* exec_command = nullptr;
+  const CLI::App* run_command = nullptr;
+
+  int usage_exit() const override {
+    return exec_command->parsed() || run_command->parsed() ? kOwnFailureExit
+                                                           : CommandGroup::usage_exit();
+  }
 };
 
 std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& context,
                                                    int& exit_code, DataCommands&) {
   auto options = std::make_unique<SandboxOptions>();
   auto& [create_flags, exec_flags, exec_id, run_resources, run_flags, cp_from, cp_to, ls_labels,
-         ls_json, rm_ids, rm_all] = *options;
+         ls_json, rm_ids, rm_all, exec_command, run_command] = *options;
   group.require_subcommand(1);
 
   // create
@@ -304,12 +321,13 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& con
   auto* exec = group.add_subcommand("exec", "run a command in a sandbox");
   exec->add_option("id", exec_id, "sandbox id")->required();
   add_exec_flags(exec, exec_flags);
+  exec_command = exec;
   exec->callback([&] {
     auto provider = context.provider();
-    if (!provider) return void(exit_code = report(provider.error()));
+    if (!provider) return void(exit_code = exec_failure(provider.error()));
     CancelSignals cancel;
     auto request = make_request(exec_flags, **context.config(), cancel);
-    if (!request) return void(exit_code = report(request.error()));
+    if (!request) return void(exit_code = exec_failure(request.error()));
     exit_code = run_exec(**provider, exec_id, *request, exec_flags.json);
   });
 
@@ -317,20 +335,21 @@ std::unique_ptr<CommandGroup> add_sandbox_commands(CLI::App& group, Context& con
   auto* run = group.add_subcommand("run", "create a sandbox, run one command, destroy it");
   add_resource_flags(run, run_resources);
   add_exec_flags(run, run_flags);
+  run_command = run;
   run->callback([&] {
     auto provider = context.provider();
-    if (!provider) return void(exit_code = report(provider.error()));
+    if (!provider) return void(exit_code = exec_failure(provider.error()));
     auto spec = make_spec(run_resources, **context.config());
-    if (!spec) return void(exit_code = report(spec.error()));
+    if (!spec) return void(exit_code = exec_failure(spec.error()));
     CancelSignals cancel;
     auto request = make_request(run_flags, **context.config(), cancel);
-    if (!request) return void(exit_code = report(request.error()));
+    if (!request) return void(exit_code = exec_failure(request.error()));
     spec->cancel_fd = cancel.fd();
     auto info = (*provider)->create(*spec);
-    if (!info) return void(exit_code = report_failure(info.error()));
+    if (!info) return void(exit_code = exec_failure(info.error()));
     exit_code = run_exec(**provider, info->id, *request, run_flags.json);
     if (auto destroyed = (*provider)->destroy(info->id); !destroyed) {
-      exit_code = report(destroyed.error());
+      exit_code = exec_failure(destroyed.error());
     }
   });
 

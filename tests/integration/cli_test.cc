@@ -159,6 +159,47 @@ TEST(Cli, ExecTimeoutExitsWith124AndSaysSo) {
       << result.err;
 }
 
+// A script can tell the command's exit status from quarry's own failure, as with docker run
+// and timeout(1): the command's statuses pass through (127: not found, 126: not executable),
+// and quarry exits 125 when it could not run the command at all, a command line it could not
+// parse included. Other commands exit 1 when they fail and 2 for a command line they cannot
+// parse.
+TEST(Cli, ExecAndRunTellQuarrysFailureFromTheCommands) {
+  CliSandbox sandbox;
+  for (int status : {1, 2}) {
+    auto exited =
+        quarry({"sandbox", "exec", sandbox.id(), "--", "sh", "-c", fmt::format("exit {}", status)});
+    EXPECT_EQ(exited.exit_code, status) << exited.err;
+    EXPECT_EQ(exited.err, "");
+  }
+  auto not_found = quarry({"sandbox", "exec", sandbox.id(), "--", "no-such-command"});
+  EXPECT_EQ(not_found.exit_code, 127) << not_found.err;
+  auto not_executable = quarry({"sandbox", "exec", sandbox.id(), "--", "/etc/hostname"});
+  EXPECT_EQ(not_executable.exit_code, 126) << not_executable.err;
+
+  auto no_sandbox = quarry({"sandbox", "exec", "ffffffffffff", "--", "true"});
+  EXPECT_EQ(no_sandbox.exit_code, 125);
+  EXPECT_NE(no_sandbox.err.find("quarry: no sandbox 'ffffffffffff'"), std::string::npos)
+      << no_sandbox.err;
+  // An option misspelt before "--" is named (CLI11 named what followed "--").
+  auto misspelt = quarry({"sandbox", "exec", "--timout", "1s", sandbox.id(), "--", "true"});
+  EXPECT_EQ(misspelt.exit_code, 125);
+  EXPECT_EQ(misspelt.err, "unknown option '--timout'\nRun with --help for more information.\n");
+  auto not_a_number = quarry({"sandbox", "run", "--cpus", "abc", "--", "true"});
+  EXPECT_EQ(not_a_number.exit_code, 125);
+  EXPECT_NE(not_a_number.err.find("Could not convert: --cpus = abc"), std::string::npos)
+      << not_a_number.err;
+  auto too_much = quarry({"sandbox", "run", "--memory", "lots", "--", "true"});
+  EXPECT_EQ(too_much.exit_code, 125);
+  EXPECT_TRUE(too_much.err.starts_with("quarry: --memory: 'lots' is not a size")) << too_much.err;
+
+  auto ls = quarry({"sandbox", "ls", "--jsn"});
+  EXPECT_EQ(ls.exit_code, 2) << ls.err;
+  EXPECT_EQ(ls.err, "unknown option '--jsn'\nRun with --help for more information.\n");
+  auto create = quarry({"sandbox", "create", "--cpus", "abc"});
+  EXPECT_EQ(create.exit_code, 2) << create.err;
+}
+
 TEST(Cli, RunCreatesExecutesAndDestroys) {
   auto result = quarry({"sandbox", "run", "--memory", "256MiB", "--label", "cli=run", "--",
                         "python3", "-c", "b = b'x' * (512 << 20)"});
@@ -371,16 +412,13 @@ TEST(Cli, BadInputGetsAClearError) {
       << config.err;
   // What an option should look like, and no sandbox made for a command that cannot run.
   auto timeout = quarry({"sandbox", "run", "--timeout", "soon", "--", "true"});
-  EXPECT_EQ(timeout.exit_code, 1);
+  EXPECT_EQ(timeout.exit_code, 125);
   EXPECT_EQ(
       timeout.err,
       "quarry: --timeout: 'soon' is not a duration (use ms, s, m, h or d, e.g. 30s or 1h30m)\n");
   auto zero = quarry({"sandbox", "run", "--timeout", "0", "--", "true"});
-  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_EQ(zero.exit_code, 125);
   EXPECT_EQ(zero.err, "quarry: --timeout: must be longer than zero, e.g. 30s\n");
-  auto unknown = quarry({"sandbox", "exec", "ffffffffffff", "--", "true"});
-  EXPECT_EQ(unknown.exit_code, 1);
-  EXPECT_NE(unknown.err.find("no sandbox 'ffffffffffff'"), std::string::npos);
   // An empty directory crashed quarry; a '~' the shell left alone made a directory named '~'.
   auto question = quarry({"ask", "  "});
   EXPECT_NE(question.exit_code, 0);
@@ -431,6 +469,10 @@ TEST(Cli, HelpListsEveryCommandAndEachCommandItsOptions) {
   auto misspelt = quarry({"sandbx", "ls"});
   EXPECT_EQ(misspelt.exit_code, 2);
   EXPECT_EQ(misspelt.err, "unknown command 'sandbx'\nRun with --help for more information.\n");
+  // Not "unknown command 'info'": the value of an option quarry does not know.
+  auto option = quarry({"--log-levl", "info", "sandbox", "ls"});
+  EXPECT_EQ(option.exit_code, 2);
+  EXPECT_EQ(option.err, "unknown option '--log-levl'\nRun with --help for more information.\n");
 }
 
 // The snapshot commands as a user runs them: freeze a prepared sandbox, start another from it,
