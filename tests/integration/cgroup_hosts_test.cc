@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -42,7 +43,7 @@ b = b'x' * (512 << 20)
 
 // The commands, as a shell script run in the work directory, each one's output kept there.
 // `quarry`: the command line that runs quarry there, with its state (and cache) directory.
-std::string steps(const std::string& quarry) {
+std::string cli_steps(const std::string& quarry) {
   return fmt::format(
       R"sh(q="{}"
 $q --log-level debug sandbox run --memory 256MiB --cpus 0.5 --pids 64 --json -- \
@@ -78,9 +79,13 @@ class CgroupHosts : public ::testing::TestWithParam<Host> {
   }
   void TearDown() override { std::filesystem::remove_all(work_); }
 
-  // Runs the steps on the host; the output of each is then in work_.
-  void run_steps() {
+  // Runs `steps` (from the commands it runs quarry and this test binary with) as a shell script
+  // in the work directory on the host; the output of each command is then in work_.
+  void run(const std::function<std::string(const std::string& quarry, const std::string& tests)>&
+               steps) {
     const auto& environment = SandboxEnvironment::get();
+    const std::string tests =
+        (std::filesystem::path(QUARRY_BUILD_DIR) / "tests/quarry_integration_tests").string();
     CommandOptions options;
     options.working_directory = work_;
     if (GetParam() == Host::kV1Only) {
@@ -97,7 +102,8 @@ class CgroupHosts : public ::testing::TestWithParam<Host> {
       ASSERT_TRUE(
           write_file(work_ / "steps.sh",
                      steps(fmt::format("{} --state-dir {}", environment.quarry_binary().string(),
-                                       environment.state_dir().string()))));
+                                       environment.state_dir().string()),
+                           tests)));
       auto ran = run_command({"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
                               unmount + "sh ./steps.sh"},
                              options);
@@ -112,7 +118,8 @@ class CgroupHosts : public ::testing::TestWithParam<Host> {
     ASSERT_TRUE(image) << image.error().message;
     ASSERT_TRUE(write_file(work_ / "steps.sh",
                            steps(fmt::format("{} --state-dir /tmp/state --cache-dir /tmp/cache",
-                                             environment.quarry_binary().string()))));
+                                             environment.quarry_binary().string()),
+                                 "QUARRY_CACHE_DIR=/tmp/cache " + tests)));
     auto booted = run_command({std::string(QUARRY_SOURCE_DIR) + "/tests/integration/v2_host/boot",
                                image->rootfs.parent_path().string(), work_.string()},
                               options);
@@ -133,7 +140,7 @@ class CgroupHosts : public ::testing::TestWithParam<Host> {
 
 TEST_P(CgroupHosts, SandboxesKeepTheirLimitsAreMeasuredAndLeaveNothing) {
   const std::string_view version = GetParam() == Host::kV1Only ? "v1" : "v2";
-  run_steps();
+  run([](const std::string& quarry, const std::string&) { return cli_steps(quarry); });
   if (HasFatalFailure() || IsSkipped()) return;
   EXPECT_NE(output("run.log").find(fmt::format("cgroup {} with memory, cpu, pids", version)),
             std::string::npos)
@@ -171,6 +178,32 @@ TEST_P(CgroupHosts, SandboxesKeepTheirLimitsAreMeasuredAndLeaveNothing) {
   EXPECT_EQ(output("timeout.status"), "124\n") << output("timeout.log");
   EXPECT_EQ(output("rm.log"), "");
   EXPECT_EQ(output("left.txt"), "") << "the cgroups of sandbox " << output("id.txt");
+}
+
+// The integration tests of limits and of the Python kernel, run on the host (this binary, the
+// ones it names): what each measures and enforces through the host's cgroups. In the emulated
+// machine, the one of them that times output to the millisecond is left out.
+TEST_P(CgroupHosts, TheLimitsAndKernelTestsPassThere) {
+  run([&](const std::string&, const std::string& tests) {
+    const std::string left_out =
+        GetParam() == Host::kV2Only ? "-KernelTest.OutputStreamsWhileTheStepRuns" : "";
+    return fmt::format(
+        "{} --gtest_filter='Limits.*:KernelTest.*{}' "
+        "--gtest_output=json:tests.json >tests.log 2>&1\n",
+        tests, left_out);
+  });
+  if (HasFatalFailure() || IsSkipped()) return;
+  auto report = nlohmann::json::parse(output("tests.json"), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << output("tests.log");
+  std::vector<std::string> failed;
+  for (const auto& suite : report["testsuites"]) {
+    for (const auto& test : suite["testsuite"]) {
+      if (test.contains("failures"))
+        failed.push_back(suite["name"].get<std::string>() + "." + test["name"].get<std::string>());
+    }
+  }
+  EXPECT_GE(report.value("tests", 0), 20) << output("tests.log");
+  EXPECT_EQ(failed, std::vector<std::string>{}) << output("tests.log");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hosts, CgroupHosts, ::testing::Values(Host::kV1Only, Host::kV2Only), name);

@@ -167,8 +167,12 @@ TEST(Limits, ProgramsInsideSeeTheirLimits) {
 import duckdb, polars
 limit, threads = duckdb.sql("select current_setting('memory_limit'), current_setting('threads')").fetchall()[0]
 print(limit, threads, polars.thread_pool_size())
+import os
+limit_file = '/sys/fs/cgroup/memory.max'  # cgroup v2; v1 below
+if not os.path.exists(limit_file):
+    limit_file = '/sys/fs/cgroup/memory/memory.limit_in_bytes'
 try:
-    open('/sys/fs/cgroup/memory/memory.limit_in_bytes', 'w').write('1')
+    open(limit_file, 'w').write('1')
 except OSError as error:
     print(error.strerror)
 )py");
