@@ -37,6 +37,7 @@ MAX_VALUE = 20_000
 
 requests = queue.Queue()
 running = threading.Event()
+steps_begun = 0  # which step `running` is of
 write_lock = threading.Lock()
 
 
@@ -58,6 +59,16 @@ def read_exactly(size):
     return data
 
 
+def interrupt(step):
+    """SIGINT to the main thread, where the step runs, again every 0.2 s while that step runs.
+    A signal that comes just before a blocking call (a sleep, a read) is taken before the call
+    begins and does not end it: only the next one does. Sent to the process instead, it could be
+    taken by another thread, which does not end the main thread's call either."""
+    while running.is_set() and steps_begun == step:
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        time.sleep(0.2)
+
+
 def reader():
     """Takes requests off the channel; an interrupt is acted on at once."""
     try:
@@ -66,7 +77,7 @@ def reader():
             message = json.loads(read_exactly(length))
             if message.get("type") == "interrupt":
                 if running.is_set():
-                    os.kill(os.getpid(), signal.SIGINT)
+                    threading.Thread(target=interrupt, args=(steps_begun,), daemon=True).start()
             else:
                 requests.put(message)
     except (EOFError, OSError, ValueError):
@@ -179,12 +190,14 @@ def cpu_seconds():
 
 
 def run(request, namespace):
+    global steps_begun
     code, filename = request["code"], request.get("filename") or "<cell>"
     # Tracebacks show the lines of the step.
     import linecache
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     status, error = "ok", None
     started, cpu_started = time.perf_counter(), cpu_seconds()
+    steps_begun += 1
     running.set()
     try:
         tree = ast.parse(code, filename)
