@@ -79,7 +79,7 @@ std::optional<std::string> unknown_option(const CLI::App& app, int argc, char** 
 // CLI11 would give 105 to 109, or what the command named (`chosen`, if any) gives instead.
 int usage_error(const CLI::App& app, const CLI::Error& error, const CommandGroup* chosen) {
   if (app.exit(error) == 0) return 0;
-  return chosen != nullptr ? chosen->usage_exit() : CommandGroup().usage_exit();
+  return chosen != nullptr ? chosen->usage_exit() : kUsageExit;
 }
 
 }  // namespace

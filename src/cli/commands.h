@@ -12,12 +12,15 @@ namespace quarry::cli {
 // subcommand `run` made for it (its name and description are in cli.cc, so that `quarry --help`
 // lists every command while only the one argv names is built). It holds the options CLI11 parses
 // into, so it must outlive app.parse(); its callbacks set `exit_code`.
+// The exit status of a command line that could not be parsed, as most command-line tools give.
+inline constexpr int kUsageExit = 2;
+
 class CommandGroup {
  public:
   virtual ~CommandGroup() = default;
-  // The exit status of a command line of this group that could not be parsed: 2, as most
-  // command-line tools give, unless the command passes on another program's exit statuses.
-  virtual int usage_exit() const { return 2; }
+  // The exit status of a command line of this group that could not be parsed: kUsageExit,
+  // unless the command passes on another program's exit statuses.
+  virtual int usage_exit() const { return kUsageExit; }
 };
 
 // Runs db, ask and serve (data_commands.h).

@@ -289,8 +289,7 @@ struct SandboxOptions final : CommandGroup {
   const CLI::App* run_command = nullptr;
 
   int usage_exit() const override {
-    return exec_command->parsed() || run_command->parsed() ? kOwnFailureExit
-                                                           : CommandGroup::usage_exit();
+    return exec_command->parsed() || run_command->parsed() ? kOwnFailureExit : kUsageExit;
   }
 };
 
